@@ -1,0 +1,1 @@
+"""Offline indexing: collections in, an index directory out."""

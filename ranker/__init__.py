@@ -1,0 +1,1 @@
+"""Online ranking: retrievers, rerankers, pipelines and the evaluation of runs."""

@@ -1,0 +1,88 @@
+"""The stages of a pipeline, PyTerrier-style: every stage is one kind of object with one call.
+
+A :class:`Stage` maps (queries, run) to a run: a retriever ignores the incoming run and makes one; a reranker
+reorders the hits of the run it is given and never drops or invents candidates. Stages compose with ``>>`` into a
+:class:`Pipeline`, which times each stage (wall seconds for the whole batch of queries, kept in ``Run.timings``).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from weir.types import Query, Run, replace_hit
+
+
+class Stage(ABC):
+    name: str = "stage"
+
+    @abstractmethod
+    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000) -> Run:
+        """Return the top ``k`` hits per query."""
+
+    def __rshift__(self, other: Stage) -> Pipeline:
+        return Pipeline([self]) >> other
+
+
+class Retriever(Stage):
+    """A first stage: queries in, the top ``k`` documents of the index per query out."""
+
+    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000) -> Run:
+        return self.retrieve(queries, k)
+
+    @abstractmethod
+    def retrieve(self, queries: Sequence[Query], k: int) -> Run: ...
+
+
+class Reranker(Stage):
+    """A later stage: rescores the top ``depth`` candidates of each query, keeps the rest below them in order."""
+
+    depth: int = 100
+
+    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000) -> Run:
+        if run is None:
+            raise ValueError(f"{self.name} is a reranker: it needs candidates from a first stage")
+        return self.rerank(queries, run).truncated(k)
+
+    @abstractmethod
+    def rerank(self, queries: Sequence[Query], run: Run) -> Run: ...
+
+
+class Pipeline(Stage):
+    """A first stage followed by zero or more rerankers, run on a whole batch of queries."""
+
+    def __init__(self, stages: Sequence[Stage]):
+        if not stages:
+            raise ValueError("a pipeline needs at least one stage")
+        self.stages = list(stages)
+        self.name = ">>".join(s.name for s in self.stages)
+
+    def __rshift__(self, other: Stage) -> Pipeline:
+        others = other.stages if isinstance(other, Pipeline) else [other]
+        return Pipeline(self.stages + others)
+
+    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000) -> Run:
+        timings: dict[str, float] = {}
+        for i, stage in enumerate(self.stages):
+            last = i == len(self.stages) - 1
+            start = time.perf_counter()
+            # intermediate stages hand on as many candidates as the next stage reranks
+            depth = k if last else max(k, getattr(self.stages[i + 1], "depth", k))
+            run = stage(queries, run, k=depth)
+            timings[stage.name] = timings.get(stage.name, 0.0) + time.perf_counter() - start
+        assert run is not None
+        run.timings = timings
+        return run
+
+
+class CandidateRun(Retriever):
+    """A first stage that takes its candidates from an existing run (how published re-ranking figures compare)."""
+
+    name = "candidates"
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    def retrieve(self, queries: Sequence[Query], k: int) -> Run:
+        return Run({q.id: [replace_hit(h) for h in self.run.get(q.id, [])[:k]] for q in queries})

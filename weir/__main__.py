@@ -1,0 +1,5 @@
+import sys
+
+from weir.cli import main
+
+sys.exit(main())

