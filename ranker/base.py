@@ -40,13 +40,15 @@ class Reranker(Stage):
 
     depth: int = 100
 
-    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000) -> Run:
+    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000,
+                 depth: int | None = None) -> Run:
         if run is None:
             raise ValueError(f"{self.name} is a reranker: it needs candidates from a first stage")
-        return self.rerank(queries, run).truncated(k)
+        return self.rerank(queries, run, depth or self.depth).truncated(k)
 
     @abstractmethod
-    def rerank(self, queries: Sequence[Query], run: Run) -> Run: ...
+    def rerank(self, queries: Sequence[Query], run: Run, depth: int) -> Run:
+        """Rescore the top ``depth`` hits of each query; hits below ``depth`` follow them in their old order."""
 
 
 class Pipeline(Stage):
@@ -62,14 +64,19 @@ class Pipeline(Stage):
         others = other.stages if isinstance(other, Pipeline) else [other]
         return Pipeline(self.stages + others)
 
-    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000) -> Run:
+    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000,
+                 depth: int | None = None) -> Run:
+        """Run every stage; ``depth`` (when given) overrides how many candidates each reranker rescores."""
         timings: dict[str, float] = {}
         for i, stage in enumerate(self.stages):
             last = i == len(self.stages) - 1
             start = time.perf_counter()
             # intermediate stages hand on as many candidates as the next stage reranks
-            depth = k if last else max(k, getattr(self.stages[i + 1], "depth", k))
-            run = stage(queries, run, k=depth)
+            hand_on = k if last else max(k, depth or getattr(self.stages[i + 1], "depth", k))
+            if isinstance(stage, Reranker):
+                run = stage(queries, run, k=hand_on, depth=depth)
+            else:
+                run = stage(queries, run, k=hand_on)
             timings[stage.name] = timings.get(stage.name, 0.0) + time.perf_counter() - start
         assert run is not None
         run.timings = timings
