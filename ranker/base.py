@@ -24,6 +24,15 @@ class Stage(ABC):
     def __rshift__(self, other: Stage) -> Pipeline:
         return Pipeline([self]) >> other
 
+    def describe(self) -> dict:
+        """What this stage is, for experiment records: name, class, and (override to add) parameters and model
+        hashes. A stage with a ``model_card`` attribute (a dict) has it included."""
+        out = {"name": self.name, "class": f"{type(self).__module__}.{type(self).__qualname__}"}
+        card = getattr(self, "model_card", None)
+        if isinstance(card, dict):
+            out["model_card"] = card
+        return out
+
 
 class Retriever(Stage):
     """A first stage: queries in, the top ``k`` documents of the index per query out."""
@@ -63,6 +72,9 @@ class Pipeline(Stage):
     def __rshift__(self, other: Stage) -> Pipeline:
         others = other.stages if isinstance(other, Pipeline) else [other]
         return Pipeline(self.stages + others)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "stages": [s.describe() for s in self.stages]}
 
     def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000,
                  depth: int | None = None) -> Run:

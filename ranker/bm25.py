@@ -30,6 +30,9 @@ class BM25(Retriever):
         self.threads = threads or max(1, os.cpu_count() or 1)
         self.name = name
 
+    def describe(self) -> dict:
+        return {**super().describe(), "k1": self.k1, "b": self.b}
+
     def retrieve(self, queries: Sequence[Query], k: int) -> Run:
         run = Run({q.id: [] for q in queries})
         if not queries:
