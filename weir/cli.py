@@ -124,6 +124,24 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_query(args) -> int:
+    import grpc
+
+    from service.client import SearchClient
+
+    text = " ".join(args.query)
+    with SearchClient(args.server, timeout=args.timeout) as client:
+        try:
+            response = client.search(text, k=args.k, pipeline=args.pipeline, include_text=True, depth=args.depth)
+        except grpc.RpcError as e:
+            raise InputError(f"{args.server}: {e.code().name}: {e.details()}") from None
+    for h in response.hits:
+        print(f"{h.rank:>3}  {h.score:8.4f}  {h.doc_id:<12}  {h.title or h.text[:100]}")
+    stage_ms = ", ".join(f"{t.stage} {t.milliseconds:.1f} ms" for t in response.timings)
+    print(f"({len(response.hits)} hits from {args.server}, pipeline {response.pipeline}; {stage_ms})", file=sys.stderr)
+    return 0
+
+
 def cmd_pipelines(args) -> int:
     from ranker import pipelines
 
@@ -192,6 +210,15 @@ def parser() -> argparse.ArgumentParser:
     sv.add_argument("--no-verify", action="store_true", help="skip the start-up check of component checksums")
     _add_pipeline_options(sv)
     sv.set_defaults(func=cmd_serve)
+
+    q = sub.add_parser("query", help="ask a running weir server (gRPC client)")
+    q.add_argument("query", nargs="+", help="the query text")
+    q.add_argument("--server", default="127.0.0.1:50051", help="host:port of the server (default 127.0.0.1:50051)")
+    q.add_argument("-k", "--k", type=int, default=10, help="hits to return (default 10)")
+    q.add_argument("--pipeline", default="", help="pipeline name (default: the server's default)")
+    q.add_argument("--depth", type=int, default=0, help="candidates reranked (default: the pipeline's)")
+    q.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+    q.set_defaults(func=cmd_query)
 
     pl = sub.add_parser("pipelines", help="list the stages pipelines can be built from")
     pl.set_defaults(func=cmd_pipelines)

@@ -1,0 +1,39 @@
+# weir: `make demo` sets everything up, indexes a real collection, evaluates it and serves it over gRPC;
+# `make test` runs the test suite. Both create or refresh .venv by themselves (a no-op when nothing changed).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.weir-installed
+STUBS := weir/v1/search_pb2.py weir/v1/search_pb2_grpc.py weir/v1/search_pb2.pyi
+COLLECTION ?= ../shared/collections/beir-scifact
+PORT ?= 50051
+
+.PHONY: install stubs test demo bench clean
+
+install: $(STAMP) $(STUBS)
+
+# torch first, from its CPU wheel (a plain `torch` would pull a multi-GB CUDA build), then weir with exact pins.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	touch $@
+
+stubs: $(STUBS)
+
+# gRPC stubs are generated from the proto by the pinned grpcio-tools, never edited by hand.
+$(STUBS) &: proto/weir/v1/search.proto $(STAMP)
+	$(PY) -m service.stubs
+
+test: install
+	$(PY) -m pytest -q
+
+demo: install
+	COLLECTION="$(COLLECTION)" PORT="$(PORT)" PY="$(PY)" bash scripts/demo.sh
+
+bench: install
+	$(PY) bench/bm25_throughput.py
+	$(PY) bench/grpc_latency.py
+
+clean:
+	rm -rf $(VENV) weir/v1 indexes runs .pytest_cache

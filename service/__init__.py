@@ -1,0 +1,1 @@
+"""The gRPC service: a thin translation between protobuf messages and ranker pipelines."""
