@@ -176,7 +176,7 @@ class Collection:
 
 _TREC_TOPIC = re.compile(r"<top>(.*?)</top>", re.S | re.I)
 _TREC_NUM = re.compile(r"<num>\s*(?:Number:)?\s*(\S+)", re.I)
-_TREC_TITLE = re.compile(r"<title>\s*(?:Topic:)?\s*(.*?)\s*(?=<desc>|<narr>|</top>|<title>)", re.S | re.I)
+_TREC_TITLE = re.compile(r"<title>\s*(?:Topic:)?\s*(.*?)\s*(?=<desc>|<narr>|</top>|<title>|\Z)", re.S | re.I)
 
 
 def read_topics(path: str | os.PathLike) -> list[Query]:
