@@ -16,8 +16,6 @@ from indexer.collections import Collection, Corpus
 from indexer.index_dir import FORMAT_VERSION, Timer, staged_directory, tree_checksum, write_manifest
 from weir.types import Document, InputError
 
-COMPONENTS = ("bm25",)
-
 
 def _count_lines(path: Path) -> int:
     with open(path, "rb") as f:
@@ -42,6 +40,27 @@ def versions() -> dict[str, str]:
     return out
 
 
+def _build_bm25(documents: Iterator[Document], out: Path, options: dict) -> dict:
+    from indexer.lucene import build_bm25
+
+    return build_bm25(documents, out, threads=options.get("threads"))
+
+
+def _build_dense(documents: Iterator[Document], out: Path, options: dict) -> dict:
+    from indexer.dense import DenseConfig, build_dense
+
+    config = options.get("dense")
+    if isinstance(config, dict):
+        config = DenseConfig(**config)
+    return build_dense(documents, out, config)
+
+
+# component name -> builder(documents, component directory, build options) -> manifest entry; each builder
+# consumes its own pass over the corpus (the stream is re-read and re-validated, never held in memory)
+BUILDERS = {"bm25": _build_bm25, "dense": _build_dense}
+COMPONENTS = tuple(BUILDERS)
+
+
 def build_index(
     collection: str | os.PathLike,
     out: str | os.PathLike,
@@ -50,8 +69,11 @@ def build_index(
     overwrite: bool = False,
     skip_empty: bool = False,
     threads: int | None = None,
+    dense=None,
 ) -> dict:
-    """Build the requested components of an index for ``collection`` at ``out``; return the manifest."""
+    """Build the requested components of an index for ``collection`` at ``out``; return the manifest.
+
+    ``dense``: an :class:`indexer.dense.DenseConfig` (or a dict of its fields) for the ``dense`` component."""
     unknown = [c for c in components if c not in COMPONENTS]
     if unknown:
         raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
@@ -68,14 +90,18 @@ def build_index(
     }
     with staged_directory(out, overwrite=overwrite) as tmp:
         corpus = coll.corpus(skip_empty=skip_empty)
-        if "bm25" in components:
-            from indexer.lucene import build_bm25
-
+        options = {"threads": threads, "dense": dense}
+        stats = None
+        for name in dict.fromkeys(components):
             timer = Timer()
-            info = build_bm25(_progress(corpus, "bm25 index"), tmp / "bm25", threads=threads)
+            info = BUILDERS[name](_progress(corpus, f"{name} index"), tmp / name, options)
             info["build_seconds"] = timer.seconds
-            manifest["components"]["bm25"] = {"path": "bm25", **info}
-        stats = corpus.stats
+            manifest["components"][name] = {"path": name, **info}
+            if stats is not None and (stats.sha256, stats.documents) != (corpus.stats.sha256, corpus.stats.documents):
+                raise InputError(f"{coll.corpus_path} changed while the index was being built; build again")
+            stats = corpus.stats
+        if stats is None:
+            raise InputError("no index component requested; e.g. --with bm25 or --with bm25,dense")
         manifest["collection"].update({"sha256": stats.sha256, "bytes": stats.bytes})
         manifest["counts"] = {"documents": stats.documents, "skipped_empty": len(stats.skipped_empty),
                               "skipped_empty_ids": stats.skipped_empty[:1000], "pruned": 0}

@@ -1,0 +1,178 @@
+"""The dense component of an index: passage embeddings (ranker.encoder) in a faiss index, plus a docid map.
+
+Files in the component directory:
+
+- ``index.faiss``: the faiss index over L2-normalized embeddings, inner product metric (= cosine). ``flat``
+  (exact, IndexFlatIP) by default; ``hnsw`` (IndexHNSWFlat: M, efConstruction, efSearch) and ``ivfpq``
+  (IndexIVFPQ: nlist, m sub-quantizers of nbits each, nprobe) trade exactness for speed or memory;
+- ``docids.txt``: one document id a line, line i = faiss row i;
+- ``vectors.npy``: the passage embeddings as float16 (n, dim), so rerankers and features can use dense similarity
+  without encoding again, and another faiss index can be built from them without the model.
+
+The corpus is streamed in chunks (encoded, added, written, dropped): no more than one chunk of texts is held.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from weir.types import Document, InputError, batched
+
+INDEX_TYPES = ("flat", "hnsw", "ivfpq")
+INDEX_FILE, DOCIDS_FILE, VECTORS_FILE = "index.faiss", "docids.txt", "vectors.npy"
+
+
+@dataclass
+class DenseConfig:
+    """How to build the dense component. ``None`` parameters are chosen from the collection size at build time."""
+
+    index: str = "flat"
+    model: str | None = None          # Hugging Face name or local path; None: all-MiniLM-L6-v2 (offline copy)
+    device: str | None = None         # None: cuda when available, else cpu
+    batch_size: int = 64
+    chunk_size: int = 1024            # documents encoded (and held) at a time
+    max_length: int | None = None     # passage word pieces; None: the encoder's default (256)
+    # HNSW
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    # IVF-PQ
+    nlist: int | None = None          # None: about 4 * sqrt(n), at most n / 39 (faiss's points per centroid)
+    pq_m: int | None = None           # None: dim / 8 (8 dimensions per sub-quantizer)
+    nbits: int = 8
+    nprobe: int = 16
+    extra: dict = field(default_factory=dict)
+
+    def check(self) -> None:
+        if self.index not in INDEX_TYPES:
+            raise InputError(f"unknown dense index type {self.index!r}; known: {', '.join(INDEX_TYPES)}")
+        for name in ("batch_size", "chunk_size", "hnsw_m", "ef_construction", "ef_search", "nbits", "nprobe"):
+            if getattr(self, name) < 1:
+                raise InputError(f"dense index parameter {name} must be >= 1 (got {getattr(self, name)})")
+        if self.nbits > 16:
+            raise InputError(f"dense index parameter nbits must be <= 16 (got {self.nbits})")
+
+
+def index_parameters(config: DenseConfig, n: int, dim: int) -> dict:
+    """The faiss parameters of ``config`` for ``n`` vectors of ``dim`` dimensions (defaults resolved)."""
+    if config.index == "flat":
+        return {"metric": "inner_product"}
+    if config.index == "hnsw":
+        return {"metric": "inner_product", "M": config.hnsw_m, "efConstruction": config.ef_construction,
+                "efSearch": config.ef_search}
+    nlist = config.nlist or max(1, min(int(4 * math.sqrt(n)), n // 39))
+    pq_m = config.pq_m or max(1, dim // 8)
+    if dim % pq_m:
+        raise InputError(f"IVF-PQ: the number of sub-quantizers m={pq_m} must divide the dimension {dim}")
+    if nlist > n:
+        raise InputError(f"IVF-PQ: nlist={nlist} is more than the {n} vectors to index")
+    if n < 2 ** config.nbits:
+        raise InputError(f"IVF-PQ: {n} vectors cannot train {2 ** config.nbits} centroids per sub-quantizer "
+                         f"(nbits={config.nbits}); use fewer bits (e.g. --nbits 4) or a flat index")
+    return {"metric": "inner_product", "nlist": nlist, "m": pq_m, "nbits": config.nbits,
+            "nprobe": min(config.nprobe, nlist)}
+
+
+def new_index(kind: str, dim: int, params: dict):
+    """An empty faiss index of ``kind`` with ``params`` (as :func:`index_parameters` gives them)."""
+    import faiss
+
+    if kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, params["M"], faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = params["efConstruction"]
+        index.hnsw.efSearch = params["efSearch"]
+        return index
+    if kind == "ivfpq":
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFPQ(quantizer, dim, params["nlist"], params["m"], params["nbits"],
+                                 faiss.METRIC_INNER_PRODUCT)
+        index.nprobe = params["nprobe"]
+        return index
+    raise InputError(f"unknown dense index type {kind!r}; known: {', '.join(INDEX_TYPES)}")
+
+
+def set_search_parameters(index, *, ef_search: int | None = None, nprobe: int | None = None) -> None:
+    """Search-time knobs of an opened index (HNSW efSearch, IVF nprobe); ignored where they do not apply."""
+    import faiss
+
+    if ef_search and hasattr(index, "hnsw"):
+        index.hnsw.efSearch = int(ef_search)
+    if nprobe:
+        try:
+            faiss.extract_index_ivf(index).nprobe = int(nprobe)
+        except RuntimeError:  # not an IVF index
+            pass
+
+
+def index_from_vectors(vectors: np.ndarray, kind: str, params: dict, *, chunk: int = 65536, train_sample: int = 262144,
+                       seed: int = 0):
+    """Build a faiss index of ``kind`` from stored vectors (any float dtype, e.g. the float16 ``vectors.npy``)."""
+    n, dim = vectors.shape
+    index = new_index(kind, dim, params)
+    if not index.is_trained:
+        rows = np.sort(np.random.default_rng(seed).choice(n, size=min(n, train_sample), replace=False))
+        index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
+    for start in range(0, n, chunk):
+        index.add(np.ascontiguousarray(vectors[start:start + chunk], dtype=np.float32))
+    return index
+
+
+def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | None = None) -> dict:
+    """Encode ``documents`` (title + " " + text, as the BEIR figures) and write the dense component to ``out``;
+    return its manifest entry (minus checksums)."""
+    import faiss
+
+    from ranker.encoder import shared_encoder
+
+    config = config or DenseConfig()
+    config.check()
+    out.mkdir(parents=True, exist_ok=True)
+    options = {"device": config.device, "batch_size": config.batch_size}
+    if config.max_length:
+        options["passage_max_length"] = config.max_length
+    encoder = shared_encoder(config.model, **options)
+    dim = encoder.dim
+    raw_path = out / "vectors.f16.partial"
+    # exact and HNSW indexes take the float32 vectors as they come; IVF-PQ is trained once all are known
+    streaming = new_index(config.index, dim, index_parameters(config, 1 << 20, dim)) if config.index != "ivfpq" else None
+    n = 0
+    with open(out / DOCIDS_FILE, "w", encoding="utf-8") as ids, open(raw_path, "wb") as raw:
+        for chunk in batched(documents, config.chunk_size):
+            vectors = encoder.encode_passages([d.contents for d in chunk])
+            if streaming is not None:
+                streaming.add(vectors)
+            raw.write(vectors.astype(np.float16).tobytes())
+            ids.writelines(f"{d.id}\n" for d in chunk)
+            n += len(chunk)
+    if n == 0:
+        raise InputError("the dense index needs at least one document")
+    stored = np.lib.format.open_memmap(out / VECTORS_FILE, mode="w+", dtype=np.float16, shape=(n, dim))
+    source = np.memmap(raw_path, dtype=np.float16, mode="r", shape=(n, dim))
+    for start in range(0, n, 65536):
+        stored[start:start + 65536] = source[start:start + 65536]
+    stored.flush()
+    del stored, source
+    os.remove(raw_path)
+    params = index_parameters(config, n, dim)
+    if streaming is None:
+        index = index_from_vectors(np.load(out / VECTORS_FILE, mmap_mode="r"), config.index, params)
+    else:
+        index = streaming
+    faiss.write_index(index, str(out / INDEX_FILE))
+    entry = {k: v for k, v in asdict(config).items() if k in ("batch_size", "chunk_size")}
+    return {
+        "type": f"faiss-{config.index}",
+        "documents": n,
+        "encoder": {**encoder.describe(), "device": encoder.device, "fp16": encoder.fp16},
+        "index": config.index,
+        "parameters": {**params, **entry, "contents": "title + ' ' + text (BEIR flat)",
+                       "vectors": "float16 (n, dim) in vectors.npy, row i = line i of docids.txt"},
+    }
