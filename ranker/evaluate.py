@@ -31,7 +31,9 @@ def measures(names: Iterable[str], binary_min_rel: int = 1) -> dict[str, Measure
 
 def evaluate(run: Run | dict, qrels: dict[str, dict[str, int]], names: Sequence[str] = DEFAULT_MEASURES,
              *, binary_min_rel: int = 1, per_query: bool = False):
-    """Mean of each measure over the queries that are judged and have hits (pytrec_eval's convention, as BEIR).
+    """Mean of each measure over the judged queries (those in ``qrels``): a judged query the run has no hits for
+    counts 0 (ir-measures' convention, as ``trec_eval -c``; plain pytrec_eval leaves it out); unjudged queries of the
+    run are ignored.
 
     Returns ``{label: mean}``, or with ``per_query`` also ``{label: {qid: value}}``."""
     named = measures(names, binary_min_rel)
