@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from weir import jvm
+from ranker.lucene_search import write_docid_table
 from weir.types import Document, batched
 
 jvm.ensure()
@@ -33,9 +34,11 @@ def build_bm25(documents: Iterable[Document], out: Path, *, threads: int | None 
             count += len(batch)
     finally:
         indexer.close()
+    write_docid_table(out)
     return {
         "type": "lucene-bm25",
         "documents": count,
         "parameters": {"contents": "title + ' ' + text (BEIR flat)", "stored": ["raw", "positions", "docvectors"],
+                       "docid_table": "docids.txt",
                        "analyzer": "Anserini default (English, Porter stemming, stopwords)"},
     }
