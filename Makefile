@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.weir-installed
-STUBS := weir/v1/search_pb2.py weir/v1/search_pb2_grpc.py weir/v1/search_pb2.pyi
+STUBS := weir/v1/__init__.py weir/v1/search_pb2.py weir/v1/search_pb2_grpc.py weir/v1/search_pb2.pyi
 COLLECTION ?= ../shared/collections/beir-scifact
 PORT ?= 50051
 

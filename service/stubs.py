@@ -20,6 +20,7 @@ def generate(out: Path = ROOT) -> None:
     args = ["protoc", f"-I{PROTO_ROOT}", f"--python_out={out}", f"--grpc_python_out={out}", f"--pyi_out={out}", str(PROTO)]
     if protoc.main(args) != 0:
         raise RuntimeError(f"protoc failed on {PROTO}")
+    (out / "weir" / "v1" / "__init__.py").write_text('"""Generated from proto/weir/v1 by `make stubs`."""\n')
 
 
 try:

