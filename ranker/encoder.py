@@ -154,13 +154,12 @@ class Encoder:
                 idx = order[start:start + batch_size]
                 enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=max_length,
                                      return_tensors="pt").to(self.device)
-                hidden = self.model(**enc).last_hidden_state
+                hidden = self.model(**enc).last_hidden_state.float()  # pool in fp32 (fp16 sums lose digits)
                 if self.pooling == "cls":
                     emb = hidden[:, 0]
                 else:
                     mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                     emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                emb = emb.float()
                 if self.normalize:
                     emb = torch.nn.functional.normalize(emb, p=2, dim=1)
                 out[idx] = emb.cpu().numpy()

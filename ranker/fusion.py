@@ -134,8 +134,8 @@ class HybridRetriever(Retriever):
         self.last_timings: dict[str, float] = {}
 
     def describe(self) -> dict:
-        return {"stages": [s.name for s in self.stages], "method": self.method, "weights": self.weights,
-                "rrf_k": self.rrf_k, "depth": self.depths}
+        return {**super().describe(), "stages": [s.describe() for s in self.stages], "method": self.method,
+                "weights": self.weights, "rrf_k": self.rrf_k, "depth": self.depths}
 
     def stage_runs(self, queries: Sequence[Query], k: int) -> list[Run]:
         runs = []

@@ -21,9 +21,33 @@ def _bm25(index: Index, options: dict[str, Any]) -> Retriever:
     return BM25(index, k1=options.get("k1", 0.9), b=options.get("b", 0.4), threads=options.get("threads"))
 
 
+def _dense(index: Index, options: dict[str, Any]) -> Retriever:
+    from ranker.dense import DenseRetriever
+
+    return DenseRetriever(index, model=options.get("dense_model"), device=options.get("device"),
+                          ef_search=options.get("ef_search"), nprobe=options.get("nprobe"))
+
+
+def _hybrid(index: Index, options: dict[str, Any]) -> Retriever:
+    """BM25 + dense (or ``hybrid_stages``), fused as tuned by `weir tune fusion` when the index has it."""
+    from ranker.fusion import HybridRetriever
+    from ranker.tuning import hybrid_settings
+
+    settings = hybrid_settings(index, options)
+    for name in settings["stages"]:
+        if name == "hybrid" or name not in FIRST_STAGES:
+            raise InputError(f"hybrid cannot fuse {name!r}; fusable first stages: "
+                             f"{', '.join(s for s in sorted(FIRST_STAGES) if s != 'hybrid')}")
+    stages = [FIRST_STAGES[name](index, options) for name in settings["stages"]]
+    return HybridRetriever(stages, method=settings["method"], weights=settings["weights"], rrf_k=settings["rrf_k"],
+                           depth=settings["depth"])
+
+
 # name -> factory(index, options) -> stage
 FIRST_STAGES: dict[str, Callable[[Index, dict[str, Any]], Retriever]] = {
     "bm25": _bm25,
+    "dense": _dense,
+    "hybrid": _hybrid,
 }
 RERANKERS: dict[str, Callable[[Index, dict[str, Any]], Reranker]] = {}
 

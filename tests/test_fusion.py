@@ -121,3 +121,27 @@ def test_hybrid_settings_prefer_options_then_tuned_file(tmp_path):
     # a tuned file for other stages is not used
     other = hybrid_settings(FakeIndex, {"hybrid_stages": "bm25,deepimpact"})
     assert other["tuned"] is None and other["weights"] is None
+
+
+def test_tuning_grid_fuses_as_fuse_runs():
+    """The vectorized fusion of the tuning grid ranks exactly as the retriever's fusion (ties by docid)."""
+    import random
+
+    from ranker.tuning import FusionGrid
+
+    rng = random.Random(7)
+    runs = []
+    for name in ("bm25", "dense"):
+        run = Run()
+        for q in ("q1", "q2", "q3"):
+            docs = rng.sample([f"d{i}" for i in range(40)], 25)
+            run[q] = [Hit(d, round(rng.uniform(0, 5), 1), 0, {name: 0.0}) for d in docs]
+        runs.append(run.ranked())
+    grid = FusionGrid(runs, ["q1", "q2", "q3"])
+    for method, weights, k in (("rrf", [1.0, 1.0], 60), ("rrf", [0.3, 0.7], 10), ("minmax", [0.4, 0.6], 60),
+                               ("zscore", [0.5, 0.5], 60), ("zscore", [1.0, 0.0], 60)):
+        reference = fuse_runs(runs, method=method, weights=weights, k=k, depth=10)
+        fast = grid.fuse(method, weights, k, depth=10)
+        for q in ("q1", "q2", "q3"):
+            assert list(fast[q]) == [h.doc_id for h in reference[q]], (method, weights, q)
+            assert list(fast[q].values()) == pytest.approx([h.score for h in reference[q]])

@@ -21,18 +21,45 @@ def _add_pipeline_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
     p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
     p.add_argument("--threads", type=int, default=None, help="search threads (default: all cores)")
+    h = p.add_argument_group("dense and hybrid first stages")
+    h.add_argument("--fusion", choices=("rrf", "minmax", "zscore", "linear"), default=None,
+                   help="hybrid fusion: reciprocal rank fusion, or a weighted sum of min-max or z-score normalized "
+                   "scores ('linear' = minmax) (default: as tuned by `weir tune fusion`, else zscore)")
+    h.add_argument("--fusion-weights", "--fusion-weight", dest="fusion_weights", default=None,
+                   help="hybrid weights, one per stage: '0.3,0.7' or 'bm25=0.3,dense=0.7' (default: tuned, else equal)")
+    h.add_argument("--depth-per-stage", type=int, default=None, help="hybrid: candidates per fused stage (default 1000)")
+    h.add_argument("--rrf-k", type=int, default=None, help="hybrid: the RRF constant k (default: tuned, else 60)")
+    h.add_argument("--hybrid-stages", default=None, help="hybrid: first stages to fuse (default: bm25,dense)")
+    h.add_argument("--dense-model", default=None,
+                   help="dense: query encoder (default: the model recorded in the index manifest)")
+    h.add_argument("--ef-search", type=int, default=None, help="dense over HNSW: efSearch (default: as built)")
+    h.add_argument("--nprobe", type=int, default=None, help="dense over IVF-PQ: lists probed (default: as built)")
+
+
+_DENSE_OPTIONS = ("fusion", "fusion_weights", "depth_per_stage", "rrf_k", "hybrid_stages", "dense_model",
+                  "ef_search", "nprobe")
 
 
 def _options(args) -> dict:
-    return {"k1": args.k1, "b": args.b, "threads": args.threads}
+    return {"k1": args.k1, "b": args.b, "threads": args.threads,
+            **{key: getattr(args, key) for key in _DENSE_OPTIONS if getattr(args, key, None) is not None}}
 
 
 def cmd_index_build(args) -> int:
     from indexer.build import build_index
 
     components = tuple(c.strip() for c in args.with_.split(",") if c.strip())
+    dense = None
+    if "dense" in components:
+        from indexer.dense import DenseConfig
+
+        dense = DenseConfig(index=args.dense_index, model=args.dense_model, device=args.device,
+                            batch_size=args.batch_size, hnsw_m=args.hnsw_m, ef_construction=args.ef_construction,
+                            ef_search=args.ef_search, nlist=args.nlist, pq_m=args.pq_m, nbits=args.nbits,
+                            nprobe=args.nprobe)
+        dense.check()
     manifest = build_index(args.collection, args.out, components=components, overwrite=args.overwrite,
-                           skip_empty=args.skip_empty, threads=args.threads)
+                           skip_empty=args.skip_empty, threads=args.threads, dense=dense)
     counts = manifest["counts"]
     sizes = ", ".join(f"{n} {c['bytes'] / 2**20:.1f} MiB" for n, c in manifest["components"].items())
     print(f"indexed {counts['documents']} documents ({counts['skipped_empty']} empty skipped) into {args.out} "
@@ -179,6 +206,25 @@ def cmd_query(args) -> int:
     return 0
 
 
+def cmd_tune_fusion(args) -> int:
+    from ranker.index import Index
+    from ranker.tuning import tune_fusion, tuning_path
+
+    index = Index(args.index)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    record = tune_fusion(index, args.topics, args.qrels, stages=stages, measure=args.measure, depth=args.depth,
+                         methods=methods, options=_options(args), allow_test_topics=args.allow_test_topics)
+    best, measure = record["best"], record["measure"]
+    singles = ", ".join(f"{n} {v:.4f}" for n, v in record["single_stages"].items())
+    for method, r in record["best_by_method"].items():
+        print(f"{method:>7}: {measure} {r[measure]:.4f}  weights {r['weights']}" + (f"  k {r['rrf_k']}" if method == "rrf" else ""))
+    print(f"best on {record['tuned_on']['queries']} training queries: {best['method']} weights {best['weights']}"
+          f"{' k ' + str(best['rrf_k']) if best['method'] == 'rrf' else ''}: {measure} {best[measure]:.4f} "
+          f"(single stages: {singles}) -> {tuning_path(index)}", file=sys.stderr)
+    return 0
+
+
 def cmd_pipelines(args) -> int:
     from ranker import pipelines
 
@@ -205,6 +251,20 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--overwrite", action="store_true", help="replace an existing index at --out")
     b.add_argument("--skip-empty", action="store_true", help="leave out empty documents instead of failing")
     b.add_argument("--threads", type=int, default=None, help="indexing threads (default: all cores)")
+    d = b.add_argument_group("dense component (--with ...,dense)")
+    d.add_argument("--dense-index", choices=("flat", "hnsw", "ivfpq"), default="flat",
+                   help="faiss index: flat (exact inner product, default), hnsw or ivfpq")
+    d.add_argument("--dense-model", default=None,
+                   help="encoder: Hugging Face name or local path (default: all-MiniLM-L6-v2, offline copy)")
+    d.add_argument("--device", default=None, help="encoding device (default: cuda when available, else cpu)")
+    d.add_argument("--batch-size", type=int, default=64, help="passages per forward pass (default 64)")
+    d.add_argument("--hnsw-m", type=int, default=32, help="HNSW: neighbours per node M (default 32)")
+    d.add_argument("--ef-construction", type=int, default=200, help="HNSW: efConstruction (default 200)")
+    d.add_argument("--ef-search", type=int, default=128, help="HNSW: efSearch stored as the default (default 128)")
+    d.add_argument("--nlist", type=int, default=None, help="IVF-PQ: inverted lists (default: ~4*sqrt(n))")
+    d.add_argument("--pq-m", type=int, default=None, help="IVF-PQ: sub-quantizers m, dividing the dim (default dim/8)")
+    d.add_argument("--nbits", type=int, default=8, help="IVF-PQ: bits per sub-quantizer code (default 8)")
+    d.add_argument("--nprobe", type=int, default=16, help="IVF-PQ: lists probed, stored as the default (default 16)")
     b.set_defaults(func=cmd_index_build)
     v = idx.add_parser("verify", help="check an index's components against the checksums of its manifest")
     v.add_argument("index")
@@ -284,6 +344,21 @@ def parser() -> argparse.ArgumentParser:
     x.add_argument("--warmup", type=int, help="queries run untimed through each pipeline first (default 20)")
     x.add_argument("--threads", type=int, default=None, help="search threads (default: all cores)")
     x.set_defaults(func=cmd_experiment)
+
+    tu = sub.add_parser("tune", help="tune pipeline settings on a training split").add_subparsers(
+        dest="tune_command", required=True, metavar="WHAT")
+    tf = tu.add_parser("fusion", help="grid-search hybrid fusion (method, weights, RRF k) on training topics and "
+                       "store the best in <index>/tuning/fusion.json, which `hybrid` then uses by default")
+    tf.add_argument("--index", required=True, help="index directory (with the stages to fuse, e.g. bm25 and dense)")
+    tf.add_argument("--topics", required=True, help="TRAINING topics (never the test topics)")
+    tf.add_argument("--qrels", required=True, help="qrels of the training topics")
+    tf.add_argument("--stages", default="bm25,dense", help="first stages to fuse (default: bm25,dense)")
+    tf.add_argument("--methods", default="rrf,minmax,zscore", help="fusion methods to try (default: all three)")
+    tf.add_argument("--measure", default="nDCG@10", help="measure to maximize (default nDCG@10)")
+    tf.add_argument("--depth", type=int, default=1000, help="candidates per stage (default 1000)")
+    tf.add_argument("--allow-test-topics", action="store_true", help=argparse.SUPPRESS)
+    _add_pipeline_options(tf)
+    tf.set_defaults(func=cmd_tune_fusion)
 
     pl = sub.add_parser("pipelines", help="list the stages pipelines can be built from")
     pl.set_defaults(func=cmd_pipelines)
