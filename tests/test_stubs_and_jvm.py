@@ -40,3 +40,12 @@ def test_bad_heap_setting_is_refused(monkeypatch):
     monkeypatch.setenv("WEIR_JVM_HEAP", "lots")
     with pytest.raises(ValueError, match="WEIR_JVM_HEAP"):
         jvm.heap_option()
+
+
+@pytest.mark.data
+def test_cli_search_in_a_fresh_process(index_factory):
+    """A process whose first JVM use is weir's own Lucene code (not pyserini's) still gets Anserini's classpath."""
+    out = subprocess.run([sys.executable, "-m", "weir", "search", "--index", str(index_factory("adi")), "-k", "3",
+                          "information retrieval"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert [line.split()[0] for line in out.stdout.splitlines()] == ["1", "2", "3"]

@@ -39,7 +39,7 @@ def heap_option() -> str | None:
 
 
 def ensure() -> None:
-    """Configure the JVM options once per process; a no-op when already done (or when the JVM already runs)."""
+    """Configure the JVM and start it with Anserini's classpath, once per process (later calls return at once)."""
     global _ready
     with _lock:
         if _ready:
@@ -59,4 +59,8 @@ def ensure() -> None:
             heap = heap_option()
             if heap:
                 add_options(heap)
+        # pyserini puts the Anserini jar on the classpath and starts the JVM; any jnius class lookup after this
+        # (ours included) sees Lucene and Anserini
+        import pyserini.pyclass  # noqa: F401
+
         _ready = True
