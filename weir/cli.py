@@ -170,7 +170,7 @@ def cmd_experiment(args) -> int:
         config = Config(**settings)
     except TypeError as e:
         raise InputError(f"bad experiment settings: {e}") from None
-    record = run_experiment(config, args.out, command=["weir"] + sys.argv[1:])
+    record = run_experiment(config, args.out, command=["weir"] + args.argv)
     print(table(record))
     outputs = record["outputs"]
     print(f"wrote {args.out}/{{{outputs['markdown']}, {outputs['json']}, {outputs['csv']}, "
@@ -366,7 +366,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
+    args.argv = argv  # as given, for records of what produced a result
     try:
         return args.func(args)
     except InputError as e:
