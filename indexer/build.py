@@ -55,9 +55,21 @@ def _build_dense(documents: Iterator[Document], out: Path, options: dict) -> dic
     return build_dense(documents, out, config)
 
 
+def _build_deepct(documents: Iterator[Document], out: Path, options: dict) -> dict:
+    from indexer.weighting.build import build_deepct
+
+    return build_deepct(documents, out, options)
+
+
+def _build_deepimpact(documents: Iterator[Document], out: Path, options: dict) -> dict:
+    from indexer.weighting.build import build_deepimpact
+
+    return build_deepimpact(documents, out, options)
+
+
 # component name -> builder(documents, component directory, build options) -> manifest entry; each builder
 # consumes its own pass over the corpus (the stream is re-read and re-validated, never held in memory)
-BUILDERS = {"bm25": _build_bm25, "dense": _build_dense}
+BUILDERS = {"bm25": _build_bm25, "dense": _build_dense, "deepct": _build_deepct, "deepimpact": _build_deepimpact}
 COMPONENTS = tuple(BUILDERS)
 
 
@@ -70,10 +82,13 @@ def build_index(
     skip_empty: bool = False,
     threads: int | None = None,
     dense=None,
+    learned: dict | None = None,
 ) -> dict:
     """Build the requested components of an index for ``collection`` at ``out``; return the manifest.
 
-    ``dense``: an :class:`indexer.dense.DenseConfig` (or a dict of its fields) for the ``dense`` component."""
+    ``dense``: an :class:`indexer.dense.DenseConfig` (or a dict of its fields) for the ``dense`` component.
+    ``learned``: for ``deepct`` / ``deepimpact``: ``deepct_model``, ``deepimpact_model`` (trained artifact
+    directories; default the committed ones under models/), ``device``, ``batch_size``."""
     unknown = [c for c in components if c not in COMPONENTS]
     if unknown:
         raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
@@ -90,7 +105,7 @@ def build_index(
     }
     with staged_directory(out, overwrite=overwrite) as tmp:
         corpus = coll.corpus(skip_empty=skip_empty)
-        options = {"threads": threads, "dense": dense}
+        options = {"threads": threads, "dense": dense, "learned": learned or {}, "components": tuple(components)}
         stats = None
         for name in dict.fromkeys(components):
             timer = Timer()

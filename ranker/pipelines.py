@@ -43,11 +43,38 @@ def _hybrid(index: Index, options: dict[str, Any]) -> Retriever:
                            depth=settings["depth"])
 
 
+def _deepct(index: Index, options: dict[str, Any]) -> Retriever:
+    from ranker.learned import DeepCTRetriever
+
+    return DeepCTRetriever(index, k1=options.get("deepct_k1", 10.0), b=options.get("deepct_b", 0.9),
+                           threads=options.get("threads"))
+
+
+def _deepimpact(index: Index, options: dict[str, Any]) -> Retriever:
+    from ranker.learned import ImpactRetriever
+
+    return ImpactRetriever(index, threads=options.get("threads"))
+
+
+def _deepimpact_bm25(index: Index, options: dict[str, Any]) -> Retriever:
+    """DeepImpact + BM25, min-max normalized linear interpolation; weights from --fusion-weights, else the ones
+    chosen on training queries and recorded in the DeepImpact model card (see `weir train deepimpact`)."""
+    from ranker.fusion import HybridRetriever
+    from ranker.learned import fusion_settings
+
+    settings = fusion_settings(index, options)
+    return HybridRetriever([_deepimpact(index, options), _bm25(index, options)], method=settings["method"],
+                           weights=settings["weights"], depth=settings["depth"], name="deepimpact+bm25")
+
+
 # name -> factory(index, options) -> stage
 FIRST_STAGES: dict[str, Callable[[Index, dict[str, Any]], Retriever]] = {
     "bm25": _bm25,
     "dense": _dense,
     "hybrid": _hybrid,
+    "deepct": _deepct,
+    "deepimpact": _deepimpact,
+    "deepimpact+bm25": _deepimpact_bm25,
 }
 RERANKERS: dict[str, Callable[[Index, dict[str, Any]], Reranker]] = {}
 

@@ -58,8 +58,9 @@ def cmd_index_build(args) -> int:
                             ef_search=args.ef_search, nlist=args.nlist, pq_m=args.pq_m, nbits=args.nbits,
                             nprobe=args.nprobe)
         dense.check()
+    learned = {"deepct_model": args.deepct_model, "deepimpact_model": args.deepimpact_model, "device": args.device}
     manifest = build_index(args.collection, args.out, components=components, overwrite=args.overwrite,
-                           skip_empty=args.skip_empty, threads=args.threads, dense=dense)
+                           skip_empty=args.skip_empty, threads=args.threads, dense=dense, learned=learned)
     counts = manifest["counts"]
     sizes = ", ".join(f"{n} {c['bytes'] / 2**20:.1f} MiB" for n, c in manifest["components"].items())
     print(f"indexed {counts['documents']} documents ({counts['skipped_empty']} empty skipped) into {args.out} "
@@ -225,6 +226,22 @@ def cmd_tune_fusion(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from indexer.weighting.train import TrainConfig, train
+
+    config = TrainConfig(kind=args.kind, collection=args.collection, queries=args.queries, qrels=args.qrels,
+                         out=args.out, base_model=args.base_model, max_length=args.max_length, titles=args.titles,
+                         epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, negatives=args.negatives,
+                         negative_depth=args.negative_depth, val_fraction=args.val_fraction, seed=args.seed,
+                         bm25_index=args.bm25_index, device=args.device, command=["weir"] + args.argv)
+    card = train(config, log=lambda m: print(m, file=sys.stderr))
+    v = card["metrics"]["validation"]
+    print(f"{args.kind} -> {args.out}: validation nDCG@10 {v['nDCG@10']:.4f} R@100 {v['R@100']:.4f} (epoch "
+          f"{v['epoch']}); encode {card['timing']['encode_seconds']}s, train {card['timing']['train_seconds']}s",
+          file=sys.stderr)
+    return 0
+
+
 def cmd_pipelines(args) -> int:
     from ranker import pipelines
 
@@ -265,6 +282,11 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--pq-m", type=int, default=None, help="IVF-PQ: sub-quantizers m, dividing the dim (default dim/8)")
     d.add_argument("--nbits", type=int, default=8, help="IVF-PQ: bits per sub-quantizer code (default 8)")
     d.add_argument("--nprobe", type=int, default=16, help="IVF-PQ: lists probed, stored as the default (default 16)")
+    lw = b.add_argument_group("learned term weighting (--with ...,deepct,deepimpact)")
+    lw.add_argument("--deepct-model", default=None,
+                    help="trained DeepCT model directory (default: models/deepct-scifact; `weir train deepct`)")
+    lw.add_argument("--deepimpact-model", default=None,
+                    help="trained DeepImpact model directory (default: models/deepimpact-scifact; `weir train deepimpact`)")
     b.set_defaults(func=cmd_index_build)
     v = idx.add_parser("verify", help="check an index's components against the checksums of its manifest")
     v.add_argument("index")
@@ -359,6 +381,31 @@ def parser() -> argparse.ArgumentParser:
     tf.add_argument("--allow-test-topics", action="store_true", help=argparse.SUPPRESS)
     _add_pipeline_options(tf)
     tf.set_defaults(func=cmd_tune_fusion)
+
+    tr = sub.add_parser("train", help="train a learned term weighting model (DeepCT, DeepImpact)").add_subparsers(
+        dest="train_command", required=True, metavar="MODEL")
+    for kind, what in (("deepct", "DeepCT: per-term regression of query term recall (masked MSE)"),
+                       ("deepimpact", "DeepImpact: impacts trained with softmax cross-entropy over BM25 hard negatives")):
+        t = tr.add_parser(kind, help=what, description=what + ". The backbone is frozen; its term vectors are "
+                          "computed once per collection and cached ($WEIR_CACHE, default ~/.cache/weir); only the head "
+                          "trains. Writes head.pt and card.json (the model card) to --out.")
+        t.add_argument("--collection", required=True, help="collection directory (corpus.jsonl)")
+        t.add_argument("--queries", required=True, help="TRAINING queries (never a test split you report)")
+        t.add_argument("--qrels", required=True, help="qrels of the training queries")
+        t.add_argument("--out", required=True, help="model directory to write (e.g. models/%s-scifact)" % kind)
+        t.add_argument("--base-model", default="all-MiniLM-L6-v2", help="backbone: Hugging Face name or local path")
+        t.add_argument("--max-length", type=int, default=256, help="word pieces per encoder window (default 256)")
+        t.add_argument("--titles", action="store_true", help="also use document titles as pseudo-queries")
+        t.add_argument("--epochs", type=int, default=10 if kind == "deepimpact" else 20)
+        t.add_argument("--lr", type=float, default=1e-3)
+        t.add_argument("--batch-size", type=int, default=32, help="queries (DeepImpact) or documents (DeepCT) a step")
+        t.add_argument("--negatives", type=int, default=15, help="DeepImpact: BM25 hard negatives per query")
+        t.add_argument("--negative-depth", type=int, default=100, help="DeepImpact: BM25 depth negatives come from")
+        t.add_argument("--val-fraction", type=float, default=0.2, help="training queries held out for validation")
+        t.add_argument("--seed", type=int, default=13)
+        t.add_argument("--bm25-index", default=None, help="BM25 index of the collection (default: built aside)")
+        t.add_argument("--device", default=None, help="encoder device (default: cuda when available, else cpu)")
+        t.set_defaults(func=cmd_train, kind=kind)
 
     pl = sub.add_parser("pipelines", help="list the stages pipelines can be built from")
     pl.set_defaults(func=cmd_pipelines)

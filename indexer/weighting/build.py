@@ -1,0 +1,162 @@
+"""The ``deepct`` and ``deepimpact`` index components: learned term weights written as Lucene indexes.
+
+- ``deepct``: each document becomes a BM25 pseudo-document where term ``t`` with predicted weight ``w`` is written
+  ``tf = round(w * 100)`` times (terms with tf < 1 dropped), indexed ``-pretokenized`` (whitespace analyzer: the
+  repeats count as written) with norms, for BM25 (k1=10, b=0.9 at search time).
+- ``deepimpact``: impacts are quantized over the whole collection with ``scale = 2**8 / max_impact`` and
+  ``q = ceil(impact * scale)`` (terms with q = 0, i.e. impact 0, dropped), and indexed ``-impact -pretokenized``:
+  the stored frequency of a term is its quantized impact (what Anserini makes of a ``JsonVectorCollection``
+  document, term repeated q times), scored by ``ImpactSimilarity``.
+
+Both components of one build share one encoder pass when their heads share a backbone (and read the term vector
+cache of :mod:`indexer.weighting.cache` when one exists for these documents). The manifest entry records the
+model card and its sha256, the quantization parameters and counts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from weir.types import Document, batched
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODELS = {"deepct": ROOT / "models" / "deepct-scifact", "deepimpact": ROOT / "models" / "deepimpact-scifact"}
+TF_SCALE = 100
+QUANT_BITS = 8
+BATCH = 256
+
+
+def deepct_tf(weights: np.ndarray) -> np.ndarray:
+    """Pseudo-document term frequencies: ``round(w * 100)``; a value below 1 means the term is dropped."""
+    return np.rint(np.asarray(weights, dtype=np.float64) * TF_SCALE).astype(np.int64)
+
+
+def quantize(impacts: np.ndarray, scale: float) -> np.ndarray:
+    """``ceil(impact * scale)`` as integers (0 for an impact of 0)."""
+    return np.ceil(np.asarray(impacts, dtype=np.float64) * scale).astype(np.int64)
+
+
+def impact_scale(max_impact: float, bits: int = QUANT_BITS) -> float:
+    return (2 ** bits) / max_impact if max_impact > 0 else 1.0
+
+
+def pseudo_document(terms: list[str], counts: np.ndarray) -> str:
+    """Each term written ``count`` times (counts < 1 left out), space-separated."""
+    return " ".join(" ".join([t] * int(c)) for t, c in zip(terms, counts) if c >= 1)
+
+
+def _model_path(kind: str, options: dict) -> Path:
+    given = (options.get("learned") or {}).get(f"{kind}_model")
+    return Path(given) if given else DEFAULT_MODELS[kind]
+
+
+def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[list[str], list, dict]:
+    """(docids, per-document (terms, weights), model description) for ``kind``; computed once per build for every
+    learned component requested whose head shares the backbone."""
+    from indexer.weighting.cache import cache_key, cache_root, TermVectors
+    from indexer.weighting.model import Backbone, TermWeighter
+
+    memo = options.setdefault("_learned_memo", {})
+    if kind in memo:
+        for _ in documents:  # the stream is consumed (and validated) as for any component
+            pass
+        return memo[kind]
+    learned = options.get("learned") or {}
+    kinds = [k for k in ("deepct", "deepimpact") if k in (options.get("components") or (kind,))] or [kind]
+    if kind not in kinds:
+        kinds.append(kind)
+    first = TermWeighter(_model_path(kind, options), device=learned.get("device"),
+                         batch_size=learned.get("batch_size") or 32)
+    models = {kind: first}
+    for other in kinds:
+        if other == kind:
+            continue
+        path = _model_path(other, options)
+        card = json.loads((path / "card.json").read_text(encoding="utf-8")) if (path / "card.json").is_file() else {}
+        if card.get("base_model") == first.card["base_model"] and card.get("max_length") == first.card.get("max_length"):
+            models[other] = TermWeighter(path, backbone=first.backbone, batch_size=first.batch_size)
+    docs = list(documents)
+    results: dict[str, list] = {k: [] for k in models}
+    cached = cache_root() / cache_key(first.backbone, docs)
+    if (cached / "docids.json").is_file():
+        tv = TermVectors.load(cached)
+        for i in tqdm(range(len(docs)), desc=f"{'+'.join(models)} weights (cached vectors)", unit="doc",
+                      mininterval=1.0):
+            vecs = np.asarray(tv.vectors(i), dtype=np.float32)
+            for k, m in models.items():
+                results[k].append((tv.terms[i], m.apply(vecs)))
+    else:
+        with tqdm(total=len(docs), desc=f"{'+'.join(models)} weights", unit="doc", dynamic_ncols=True,
+                  mininterval=1.0) as bar:
+            for batch in batched(docs, BATCH):
+                vecs = first.backbone.term_vectors([d.contents for d in batch], first.batch_size)
+                for k, m in models.items():
+                    results[k].extend((terms, m.apply(v)) for terms, v in vecs)
+                bar.update(len(batch))
+    docids = [d.id for d in docs]
+    for k, m in models.items():
+        memo[k] = (docids, results[k], {**m.describe(), "card": m.card})
+    return memo[kind]
+
+
+def _lucene(out: Path, contents: Iterable[tuple[str, str]], args: list[str], threads: int | None) -> tuple[int, int]:
+    from indexer.lucene import LuceneIndexer
+    from ranker.lucene_search import write_docid_table
+
+    indexer = LuceneIndexer(args=["-index", str(out), *args], threads=threads or 1)
+    empty = 0
+    try:
+        for batch in batched(contents, 2000):
+            kept = [json.dumps({"id": d, "contents": c}, ensure_ascii=False) for d, c in batch if c]
+            empty += len(batch) - len(kept)
+            if kept:
+                indexer.add_batch_raw(kept)
+    finally:
+        indexer.close()
+    return write_docid_table(out), empty
+
+
+def build_deepct(documents: Iterable[Document], out: Path, options: dict) -> dict:
+    docids, weights, model = _weights("deepct", documents, options)
+    postings = 0
+
+    def contents():
+        nonlocal postings
+        for d, (terms, w) in zip(docids, weights):
+            tf = deepct_tf(w)
+            postings += int((tf >= 1).sum())
+            yield d, pseudo_document(terms, tf)
+
+    indexed, empty = _lucene(out, contents(), ["-pretokenized"], options.get("threads"))
+    return {"type": "lucene-deepct", "documents": indexed, "documents_without_terms": empty, "postings": postings,
+            "model": model, "parameters": {"tf": f"round(w * {TF_SCALE}), tf < 1 dropped", "tf_scale": TF_SCALE,
+                                           "analyzer": "whitespace (-pretokenized); terms from indexer.weighting.terms",
+                                           "search": {"k1": 10.0, "b": 0.9}, "docid_table": "docids.txt"}}
+
+
+def build_deepimpact(documents: Iterable[Document], out: Path, options: dict) -> dict:
+    docids, impacts, model = _weights("deepimpact", documents, options)
+    max_impact = max((float(w.max()) for _, w in impacts if len(w)), default=0.0)
+    scale = impact_scale(max_impact)
+    postings = 0
+
+    def contents():
+        nonlocal postings
+        for d, (terms, w) in zip(docids, impacts):
+            q = quantize(w, scale)
+            postings += int((q >= 1).sum())
+            yield d, pseudo_document(terms, q)
+
+    indexed, empty = _lucene(out, contents(), ["-impact", "-pretokenized"], options.get("threads"))
+    return {"type": "lucene-impact", "documents": indexed, "documents_without_terms": empty, "postings": postings,
+            "model": model, "parameters": {
+                "quantization": {"bits": QUANT_BITS, "max_impact": max_impact, "scale": scale,
+                                 "formula": "ceil(impact * 2**8 / max_impact); 0 dropped"},
+                "analyzer": "whitespace (-impact -pretokenized); terms from indexer.weighting.terms",
+                "query_weights": "1 per unique query term", "docid_table": "docids.txt"}}
