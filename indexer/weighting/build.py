@@ -60,7 +60,7 @@ def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[l
     """(docids, per-document (terms, weights), model description) for ``kind``; computed once per build for every
     learned component requested whose head shares the backbone."""
     from indexer.weighting.cache import cache_key, cache_root, TermVectors
-    from indexer.weighting.model import Backbone, TermWeighter
+    from indexer.weighting.model import CorpusStats, TermWeighter
 
     memo = options.setdefault("_learned_memo", {})
     if kind in memo:
@@ -83,21 +83,27 @@ def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[l
             models[other] = TermWeighter(path, backbone=first.backbone, batch_size=first.batch_size)
     docs = list(documents)
     results: dict[str, list] = {k: [] for k in models}
+    # collection statistics, only for heads trained with lexical features (idf, tf, length)
+    stats = CorpusStats(d.contents for d in docs) if any(m.features for m in models.values()) else None
+
+    def apply(i: int, terms: list[str], vecs: np.ndarray) -> None:
+        for k, m in models.items():
+            results[k].append((terms, m.apply(vecs, stats.features(m.features, i, terms) if m.features else None)))
+
     cached = cache_root() / cache_key(first.backbone, docs)
     if (cached / "docids.json").is_file():
         tv = TermVectors.load(cached)
         for i in tqdm(range(len(docs)), desc=f"{'+'.join(models)} weights (cached vectors)", unit="doc",
                       mininterval=1.0):
-            vecs = np.asarray(tv.vectors(i), dtype=np.float32)
-            for k, m in models.items():
-                results[k].append((tv.terms[i], m.apply(vecs)))
+            apply(i, tv.terms[i], np.asarray(tv.vectors(i), dtype=np.float32))
     else:
         with tqdm(total=len(docs), desc=f"{'+'.join(models)} weights", unit="doc", dynamic_ncols=True,
                   mininterval=1.0) as bar:
-            for batch in batched(docs, BATCH):
+            for start in range(0, len(docs), BATCH):
+                batch = docs[start:start + BATCH]
                 vecs = first.backbone.term_vectors([d.contents for d in batch], first.batch_size)
-                for k, m in models.items():
-                    results[k].extend((terms, m.apply(v)) for terms, v in vecs)
+                for j, (terms, v) in enumerate(vecs):
+                    apply(start + j, terms, v)
                 bar.update(len(batch))
     docids = [d.id for d in docs]
     for k, m in models.items():

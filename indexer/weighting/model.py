@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -30,6 +31,39 @@ KINDS = ("deepct", "deepimpact")
 CARD = "card.json"
 HEAD = "head.pt"
 MAX_LENGTH = 256
+
+
+FEATURES = ("idf", "tf", "length")
+
+
+class CorpusStats:
+    """Term counts of every document and document frequencies of a corpus, for the optional lexical features."""
+
+    def __init__(self, texts: Iterable[str]):
+        from collections import Counter
+
+        from indexer.weighting.terms import terms
+
+        self.counts = [Counter(terms(t)) for t in texts]
+        self.df: Counter = Counter(t for c in self.counts for t in c)
+        self.n_docs = len(self.counts)
+
+    def features(self, names: Sequence[str], i: int, doc_terms: Sequence[str]) -> np.ndarray:
+        """(n_terms, len(names)) float32: ``idf`` = BM25 idf / 10, ``tf`` = log(1 + tf) / 3, ``length`` =
+        log(1 + document terms) / 6 (scaled to the order of the hidden states)."""
+        counts = self.counts[i]
+        cols = []
+        for name in names:
+            if name == "idf":
+                df = np.array([self.df.get(t, 0) for t in doc_terms], dtype=np.float64)
+                cols.append(np.log(1 + (self.n_docs - df + 0.5) / (df + 0.5)) / 10)
+            elif name == "tf":
+                cols.append(np.log1p([counts.get(t, 1) for t in doc_terms]) / 3)
+            elif name == "length":
+                cols.append(np.full(len(doc_terms), math.log1p(sum(counts.values())) / 6))
+            else:
+                raise InputError(f"unknown term feature {name!r}; known: {', '.join(FEATURES)}")
+        return np.stack(cols, axis=1).astype(np.float32) if cols else np.zeros((len(doc_terms), 0), np.float32)
 
 
 def make_head(kind: str, dim: int):
@@ -182,7 +216,8 @@ class TermWeighter:
         self.kind = self.card["kind"]
         self.backbone = backbone or Backbone(self.card["base_model"], device=device,
                                              max_length=int(self.card.get("max_length", MAX_LENGTH)))
-        self.head = make_head(self.kind, self.backbone.dim)
+        self.features = list(self.card.get("features") or [])
+        self.head = make_head(self.kind, self.backbone.dim + len(self.features))
         self.head.load_state_dict(torch.load(self.path / HEAD, map_location="cpu", weights_only=True))
         self.head.eval()
         self.batch_size = batch_size
@@ -195,16 +230,30 @@ class TermWeighter:
                 "head_sha256": file_sha256(self.path / HEAD), "base_model": self.card["base_model"],
                 "max_length": self.backbone.max_length, "device": self.backbone.device}
 
-    def apply(self, vectors: np.ndarray) -> np.ndarray:
+    def apply(self, vectors: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
+        """Head outputs for term vectors (plus the card's lexical ``features`` columns, when it has any)."""
         import torch
 
         if len(vectors) == 0:
             return np.zeros(0, dtype=np.float32)
+        x = np.ascontiguousarray(vectors, dtype=np.float32)
+        if self.features:
+            if features is None:
+                raise InputError(f"{self.path}: this head needs the term features {self.features}")
+            x = np.concatenate([x, features], axis=1)
         with torch.inference_mode():
-            return self.head(torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))).squeeze(-1).numpy()
+            return self.head(torch.from_numpy(x)).squeeze(-1).numpy()
 
-    def weights(self, texts: Sequence[str]) -> list[tuple[list[str], np.ndarray]]:
-        return [(terms, self.apply(vecs)) for terms, vecs in self.backbone.term_vectors(texts, self.batch_size)]
+    def weights(self, texts: Sequence[str], stats: CorpusStats | None = None) -> list[tuple[list[str], np.ndarray]]:
+        """Per text: (unique terms, weights). A head with features takes ``stats`` of the collection (default: the
+        statistics of ``texts`` themselves)."""
+        if self.features and stats is None:
+            stats = CorpusStats(texts)
+        out = []
+        for i, (terms, vecs) in enumerate(self.backbone.term_vectors(texts, self.batch_size)):
+            feats = stats.features(self.features, i, terms) if self.features else None
+            out.append((terms, self.apply(vecs, feats)))
+        return out
 
 
 def save(path: str | os.PathLike, head, card: dict) -> Path:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from indexer.weighting.model import KINDS, MAX_LENGTH, Backbone, make_head, save
+from indexer.weighting.model import FEATURES, KINDS, MAX_LENGTH, Backbone, CorpusStats, make_head, save
 from indexer.weighting.terms import unique_terms
 from weir.types import Hit, InputError, Run
 
@@ -55,6 +55,7 @@ class TrainConfig:
     seed: int = 13
     bm25_index: str | None = None
     device: str | None = None
+    features: list[str] = field(default_factory=list)  # lexical inputs beside the term vector: idf, tf, length
     command: list[str] = field(default_factory=list)
 
 
@@ -162,27 +163,45 @@ def _bm25_negatives(config, coll, items, log) -> dict[str, list[str]]:
     return {qid: [d for d, _ in hits if d not in pos] for (qid, _, pos), hits in zip(items, results)}
 
 
-def _validate_impacts(head, tv, sm, topics, qrels, val, bm25_run=None):
-    import torch
+class Inputs:
+    """Head inputs by row of the cached term vectors: the vector, plus lexical feature columns when asked."""
 
+    def __init__(self, tv, docs, features):
+        self.tv = tv
+        self.feats = None
+        if features:
+            stats = CorpusStats(d.contents for d in docs)
+            self.feats = np.concatenate([stats.features(features, i, t) for i, t in enumerate(tv.terms)])
+
+    def __call__(self, rows):
+        import torch
+
+        x = np.asarray(self.tv.data[rows], dtype=np.float32)
+        if self.feats is not None:
+            x = np.concatenate([x, self.feats[rows]], axis=1)
+        return torch.from_numpy(x)
+
+    def all_outputs(self, head) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            return np.concatenate([head(self(np.arange(i, min(i + 65536, len(self.tv.data))))).squeeze(-1).numpy()
+                                   for i in range(0, len(self.tv.data), 65536)])
+
+
+def _validate_impacts(head, inputs, sm, topics, qrels, val):
     from ranker.evaluate import evaluate
 
-    with torch.inference_mode():
-        impacts = np.concatenate([head(torch.from_numpy(np.asarray(tv.data[i:i + 65536], dtype=np.float32)))
-                                  .squeeze(-1).numpy() for i in range(0, len(tv.data), 65536)])
+    impacts = inputs.all_outputs(head)
     run = sm.run(sm.matrix(impacts), val, [topics[q] for q in val], name="deepimpact")
     vq = {q: qrels[q] for q in val}
     return evaluate(run, vq, ["nDCG@10", "R@100"]), run
 
 
-def _validate_deepct(head, tv, sm, topics, qrels, val):
-    import torch
-
+def _validate_deepct(head, inputs, sm, topics, qrels, val):
     from ranker.evaluate import evaluate
 
-    with torch.inference_mode():
-        w = np.concatenate([head(torch.from_numpy(np.asarray(tv.data[i:i + 65536], dtype=np.float32)))
-                            .squeeze(-1).numpy() for i in range(0, len(tv.data), 65536)])
+    w = inputs.all_outputs(head)
     run = sm.run(deepct_doc_term(sm, w), val, [topics[q] for q in val], name="deepct")
     return evaluate(run, {q: qrels[q] for q in val}, ["nDCG@10", "R@100"])
 
@@ -215,7 +234,11 @@ def train(config: TrainConfig, log=print) -> dict:
     encoded = time.perf_counter()
     items = _train_queries(config, docs, topics, qrels, train_q)
     sm = ScoreMatrix(tv)
-    head = make_head(config.kind, backbone.dim)
+    unknown = [f for f in config.features if f not in FEATURES]
+    if unknown:
+        raise InputError(f"unknown term feature(s) {', '.join(unknown)}; known: {', '.join(FEATURES)}")
+    inputs = Inputs(tv, docs, config.features)
+    head = make_head(config.kind, backbone.dim + len(config.features))
     opt = torch.optim.AdamW(head.parameters(), lr=config.lr)
     rng = random.Random(config.seed)
     history, best, best_state = [], -1.0, None
@@ -253,8 +276,7 @@ def train(config: TrainConfig, log=print) -> dict:
                     groups += 1
                 if not groups:
                     continue
-                x = torch.from_numpy(np.asarray(tv.data[np.asarray(all_rows, dtype=np.int64)], dtype=np.float32))
-                impacts = head(x).squeeze(-1)
+                impacts = head(inputs(np.asarray(all_rows, dtype=np.int64))).squeeze(-1)
                 scores = torch.zeros(groups * (1 + config.negatives)).index_add(0, torch.tensor(seg), impacts)
                 loss = torch.nn.functional.cross_entropy(scores.view(groups, -1),
                                                          torch.zeros(groups, dtype=torch.long))
@@ -265,7 +287,7 @@ def train(config: TrainConfig, log=print) -> dict:
                 bar.set_postfix(loss=f"{total / steps:.4f}")
             bar.close()
             head.eval()
-            metrics, _ = _validate_impacts(head, tv, sm, topics, qrels, val)
+            metrics, _ = _validate_impacts(head, inputs, sm, topics, qrels, val)
             history.append({"epoch": epoch, "loss": total / max(1, steps), **metrics})
             log(f"epoch {epoch}: loss {total / max(1, steps):.4f}, validation nDCG@10 {metrics['nDCG@10']:.4f} "
                 f"R@100 {metrics['R@100']:.4f}")
@@ -294,7 +316,7 @@ def train(config: TrainConfig, log=print) -> dict:
                 pick = order[s:s + config.batch_size]
                 r = np.concatenate([rows_list[j] for j in pick])
                 y = torch.from_numpy(np.concatenate([targets[j] for j in pick]))
-                pred = head(torch.from_numpy(np.asarray(tv.data[r], dtype=np.float32))).squeeze(-1)
+                pred = head(inputs(r)).squeeze(-1)
                 loss = torch.nn.functional.mse_loss(pred, y)  # masked: only real terms of real documents
                 opt.zero_grad()
                 loss.backward()
@@ -303,7 +325,7 @@ def train(config: TrainConfig, log=print) -> dict:
                 bar.set_postfix(loss=f"{total / steps:.5f}")
             bar.close()
             head.eval()
-            metrics = _validate_deepct(head, tv, sm, topics, qrels, val)
+            metrics = _validate_deepct(head, inputs, sm, topics, qrels, val)
             history.append({"epoch": epoch, "loss": total / max(1, steps), **metrics})
             log(f"epoch {epoch}: loss {total / max(1, steps):.5f}, validation nDCG@10 {metrics['nDCG@10']:.4f} "
                 f"R@100 {metrics['R@100']:.4f}")
@@ -319,6 +341,7 @@ def train(config: TrainConfig, log=print) -> dict:
                  "deepimpact": "Linear(dim, dim) -> ReLU -> Linear(dim, 1) -> ReLU on the first word piece of each "
                                "unique term's first word"}[config.kind],
         "trained": "head only (backbone frozen, its term vectors cached)",
+        "features": list(config.features),
         "tokenization": "indexer.weighting.terms (words [^\\W_]+, Anserini English analyzer: lowercase, stopwords, "
                         "Porter), shared by documents and queries",
         "data": {"collection": coll.name, "corpus_sha256": None, "queries": config.queries,
@@ -333,7 +356,7 @@ def train(config: TrainConfig, log=print) -> dict:
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     if config.kind == "deepimpact":
-        _, di_run = _validate_impacts(head, tv, sm, topics, qrels, val)
+        _, di_run = _validate_impacts(head, inputs, sm, topics, qrels, val)
         from ranker.lucene_search import LuceneBM25Searcher  # noqa: F401  (the JVM is up already)
 
         bm25_run = _bm25_val_run(config, coll, topics, val)
