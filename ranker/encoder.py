@@ -16,6 +16,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,25 @@ def configure_cpu_threads(threads: int | None = None) -> int:
     except RuntimeError:  # can only be set before the first parallel work; keep what is there
         pass
     return threads
+
+
+SMALL_BATCH = 4
+
+
+@contextmanager
+def _intra_op_threads(threads: int | None):
+    """Run with ``threads`` intra-op threads (None: unchanged), then restore the previous setting."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is None or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def model_fingerprint(path: str) -> str | None:
@@ -149,7 +169,10 @@ class Encoder:
             return out
         batch_size = batch_size or self.batch_size
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        with self._lock, torch.inference_mode():
+        # a handful of texts (a single query) is too little work to share between threads: on a busy CPU the
+        # threads' barriers cost more than they save (measured here: 700 ms -> 21 ms for one query, 2 cores shared)
+        few = self.device == "cpu" and len(texts) <= SMALL_BATCH
+        with self._lock, torch.inference_mode(), _intra_op_threads(1 if few else None):
             for start in range(0, len(order), batch_size):
                 idx = order[start:start + batch_size]
                 enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=max_length,
