@@ -108,6 +108,7 @@ def serve(index_path: str, *, host: str = "127.0.0.1", port: int = 50051, worker
           options: dict | None = None, verify_checksums: bool = True) -> None:
     """Serve until SIGINT or SIGTERM, then report NOT_SERVING and drain in-flight calls (5 s grace)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # its INFO lines list the CPU builds it did not load
     server, bound, health_servicer = start(index_path, host=host, port=port, workers=workers, options=options,
                                            verify_checksums=verify_checksums)
     log.info("serving %s on %s:%d (health, reflection enabled)", index_path, host, bound)
