@@ -76,7 +76,34 @@ FIRST_STAGES: dict[str, Callable[[Index, dict[str, Any]], Retriever]] = {
     "deepimpact": _deepimpact,
     "deepimpact+bm25": _deepimpact_bm25,
 }
-RERANKERS: dict[str, Callable[[Index, dict[str, Any]], Reranker]] = {}
+
+
+def _ltr(index: Index, options: dict[str, Any]) -> Reranker:
+    from ranker.rerankers.ltr import LTRReranker
+
+    return LTRReranker(index, options.get("ltr_model"), depth=options.get("depth") or 100,
+                       device=options.get("device"))
+
+
+def _attention(index: Index, options: dict[str, Any]) -> Reranker:
+    from ranker.rerankers.attention import AttentionReranker
+
+    return AttentionReranker(index, options.get("attention_model"), depth=options.get("depth") or 100,
+                             device=options.get("device"), batch_size=options.get("batch_size"))
+
+
+def _crossencoder(index: Index, options: dict[str, Any]) -> Reranker:
+    from ranker.rerankers.crossencoder import CrossEncoderReranker
+
+    return CrossEncoderReranker(index, options.get("crossencoder_model"), depth=options.get("depth") or 100,
+                                device=options.get("device"), batch_size=options.get("batch_size"))
+
+
+RERANKERS: dict[str, Callable[[Index, dict[str, Any]], Reranker]] = {
+    "ltr": _ltr,
+    "attention": _attention,
+    "crossencoder": _crossencoder,
+}
 
 
 def known() -> list[str]:

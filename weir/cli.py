@@ -34,6 +34,9 @@ def _add_pipeline_options(p: argparse.ArgumentParser) -> None:
                    help="dense: query encoder (default: the model recorded in the index manifest)")
     h.add_argument("--ef-search", type=int, default=None, help="dense over HNSW: efSearch (default: as built)")
     h.add_argument("--nprobe", type=int, default=None, help="dense over IVF-PQ: lists probed (default: as built)")
+    from weir.cli_rerank import add_rerank_options
+
+    add_rerank_options(p)
 
 
 _DENSE_OPTIONS = ("fusion", "fusion_weights", "depth_per_stage", "rrf_k", "hybrid_stages", "dense_model",
@@ -41,8 +44,11 @@ _DENSE_OPTIONS = ("fusion", "fusion_weights", "depth_per_stage", "rrf_k", "hybri
 
 
 def _options(args) -> dict:
+    from weir.cli_rerank import rerank_options
+
     return {"k1": args.k1, "b": args.b, "threads": args.threads,
-            **{key: getattr(args, key) for key in _DENSE_OPTIONS if getattr(args, key, None) is not None}}
+            **{key: getattr(args, key) for key in _DENSE_OPTIONS if getattr(args, key, None) is not None},
+            **rerank_options(args)}
 
 
 def cmd_index_build(args) -> int:
@@ -86,7 +92,7 @@ def cmd_search(args) -> int:
     query = Query("q", " ".join(args.query))
     if not query.text.strip():
         raise InputError("the query is empty")
-    run = pipeline([query], k=args.k)
+    run = pipeline([query], k=args.k, depth=args.depth)
     hits = run["q"]
     docs = index.documents([h.doc_id for h in hits])
     if args.format == "json":
@@ -116,7 +122,7 @@ def cmd_run(args) -> int:
     pipeline = pipelines.build(spec, index, _options(args), first_stage=first)
     start = time.perf_counter()
     # drop identical ids after retrieval: fetch one more hit so that k hits remain
-    run = pipeline(topics, k=args.k + (1 if args.remove_identical else 0))
+    run = pipeline(topics, k=args.k + (1 if args.remove_identical else 0), depth=args.depth)
     elapsed = time.perf_counter() - start
     if args.remove_identical:
         timings = run.timings
@@ -409,6 +415,10 @@ def parser() -> argparse.ArgumentParser:
         t.add_argument("--features", default="", help="lexical head inputs beside the term vector, comma-separated: "
                        "idf, tf, length (default: none, the published heads)")
         t.set_defaults(func=cmd_train, kind=kind)
+
+    from weir.cli_rerank import add_train_parsers
+
+    add_train_parsers(tr)
 
     pl = sub.add_parser("pipelines", help="list the stages pipelines can be built from")
     pl.set_defaults(func=cmd_pipelines)

@@ -1,0 +1,101 @@
+"""LightGBM learning-to-rank reranker: features of each (query, candidate) pair (:mod:`ranker.features`), scored by a
+lambdarank model trained with `weir train ltr` (:mod:`ranker.train_ltr`).
+
+A model directory holds ``model.txt`` (LightGBM's text format), ``features.json`` (the feature names, in the model's
+column order) and ``card.json`` (the model card: training data, command, parameters, metrics, importance).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ranker.base import Reranker
+from ranker.index import Index
+from ranker.rerankers import apply_scores
+from weir.types import InputError, Query, Run
+
+MODEL_FILE, FEATURES_FILE, CARD_FILE = "model.txt", "features.json", "card.json"
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL = ROOT / "models" / "ltr"
+
+
+class LTRModel:
+    """A trained LightGBM ranker and the names of the features it reads, in column order."""
+
+    def __init__(self, booster, features: Sequence[str], card: dict | None = None):
+        self.booster, self.features, self.card = booster, list(features), card or {}
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> LTRModel:
+        import lightgbm as lgb
+
+        path = Path(path)
+        for name in (MODEL_FILE, FEATURES_FILE):
+            if not (path / name).is_file():
+                raise InputError(f"{path}: not an LTR model directory (no {name}); train one with `weir train ltr`")
+        booster = lgb.Booster(model_file=str(path / MODEL_FILE))
+        features = json.loads((path / FEATURES_FILE).read_text())["features"]
+        card = json.loads((path / CARD_FILE).read_text()) if (path / CARD_FILE).is_file() else {}
+        if booster.num_feature() != len(features):
+            raise InputError(f"{path}: the model reads {booster.num_feature()} features, features.json names "
+                             f"{len(features)}")
+        return cls(booster, features, card)
+
+    def save(self, path: str | os.PathLike) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.booster.save_model(str(path / MODEL_FILE), num_iteration=self.booster.best_iteration or None)
+        (path / FEATURES_FILE).write_text(json.dumps({"features": self.features}, indent=1) + "\n")
+        (path / CARD_FILE).write_text(json.dumps(self.card, indent=1) + "\n")
+
+    def columns(self, available: Sequence[str]) -> list[int]:
+        """Positions of this model's features among ``available`` (the extractor's); unknown names are an error."""
+        where = {n: i for i, n in enumerate(available)}
+        missing = [n for n in self.features if n not in where]
+        if missing:
+            raise InputError(f"the LTR model reads features this version cannot compute: {', '.join(missing)}")
+        return [where[n] for n in self.features]
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        if not len(X):
+            return np.zeros(0)
+        return self.booster.predict(X, num_threads=1 if len(X) < 2000 else 0)
+
+
+class LTRReranker(Reranker):
+    """Rescore the top ``depth`` candidates of each query with a LightGBM model over :mod:`ranker.features`."""
+
+    name = "ltr"
+
+    def __init__(self, index: Index, model: str | os.PathLike | None = None, *, depth: int = 100,
+                 device: str | None = None):
+        from ranker.features import FeatureExtractor
+
+        self.model_path = Path(model) if model else DEFAULT_MODEL
+        self.model = LTRModel.load(self.model_path)
+        self.extractor = FeatureExtractor(index, device=device)
+        self.cols = self.model.columns(self.extractor.names)
+        self.depth = depth
+        self.model_card = self.model.card
+        self.last_timings: dict[str, float] = {}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "model_path": str(self.model_path), "features": self.model.features}
+
+    def rerank(self, queries: Sequence[Query], run: Run, depth: int) -> Run:
+        import time
+
+        start = time.perf_counter()
+        X, rows = self.extractor.extract(queries, run, depth)
+        mid = time.perf_counter()
+        scores = self.model.predict(X[:, self.cols])
+        self.last_timings = {"features": mid - start, "predict": time.perf_counter() - mid}
+        by_query: dict[str, list[float]] = {}
+        for (qid, _), s in zip(rows, scores):
+            by_query.setdefault(qid, []).append(float(s))
+        return apply_scores(queries, run, depth, by_query, self.name)

@@ -1,0 +1,292 @@
+"""`weir train ltr`: LightGBM lambdarank over :mod:`ranker.features`, with query-grouped validation and early
+stopping, optional k-fold cross-validation over queries, and a model card.
+
+Training data are one or more sets of (index, topics, qrels, candidates): candidates come from a TREC run
+(``candidates``) or from a first stage run over the index (``first_stage``, default ``hybrid``), top ``depth``
+each. Labels are the qrels grades (unjudged = 0). Queries with no relevant candidate carry no ranking signal and are
+left out of training and validation (never out of a cross-validated run, which scores every query).
+
+Cross-validation (``folds``): the queries of the first set are split into ``folds`` folds (seeded shuffle); each fold
+is scored by a model trained on the other folds (plus any further sets, which never contain the first set's
+queries); the scored folds are concatenated into one run. The saved model is then trained on every query.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from weir.types import InputError, Query, Run
+
+DEFAULT_PARAMS = {
+    "objective": "lambdarank", "metric": "ndcg", "ndcg_eval_at": [10], "learning_rate": 0.05, "num_leaves": 15,
+    "min_data_in_leaf": 20, "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
+    "lambdarank_truncation_level": 20, "verbose": -1, "num_threads": 1,
+}
+
+
+@dataclass
+class DataSet:
+    """One source of training queries."""
+
+    index: str
+    topics: str
+    qrels: str
+    candidates: str | None = None
+    first_stage: str = "hybrid"
+    depth: int = 100
+    max_queries: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> DataSet:
+        """``index=DIR,topics=FILE,qrels=FILE[,candidates=RUN][,first_stage=NAME][,depth=N][,max_queries=N]``."""
+        values: dict = {}
+        for part in text.split(","):
+            key, sep, value = part.partition("=")
+            if not sep or key.strip() not in cls.__dataclass_fields__:
+                raise InputError(f"bad training set {text!r}: expected key=value pairs with keys "
+                                 f"{', '.join(cls.__dataclass_fields__)}")
+            values[key.strip()] = value.strip()
+        for key in ("depth", "max_queries"):
+            if key in values:
+                values[key] = int(values[key])
+        missing = [k for k in ("index", "topics", "qrels") if k not in values]
+        if missing:
+            raise InputError(f"training set {text!r} lacks {', '.join(missing)}")
+        return cls(**values)
+
+
+@dataclass
+class Examples:
+    """Feature rows of one data set, grouped by query (rows of a query contiguous, in candidate order)."""
+
+    queries: list[Query]
+    run: Run
+    X: np.ndarray
+    y: np.ndarray
+    qids: list[str]
+    feature_seconds: float = 0.0
+
+    def select(self, keep: set[str], *, positive_only: bool = True) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Rows and group sizes of the queries in ``keep`` (with ``positive_only``, those with a relevant row)."""
+        qids = np.asarray(self.qids)
+        chosen, groups = [], []
+        start = 0
+        while start < len(qids):
+            end = start
+            while end < len(qids) and qids[end] == qids[start]:
+                end += 1
+            if qids[start] in keep and (not positive_only or self.y[start:end].max() > 0):
+                chosen.append(np.arange(start, end))
+                groups.append(end - start)
+            start = end
+        idx = np.concatenate(chosen) if chosen else np.zeros(0, dtype=int)
+        return self.X[idx], self.y[idx], groups
+
+
+def sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def examples(ds: DataSet, options: dict | None = None, log: Callable[[str], None] = print) -> Examples:
+    """Candidates and features of one data set (labels from its qrels)."""
+    from indexer.collections import read_qrels, read_topics
+    from ranker import pipelines
+    from ranker.features import FeatureExtractor
+    from ranker.index import Index
+
+    index = Index(ds.index)
+    queries = read_topics(ds.topics)
+    qrels = read_qrels(ds.qrels)
+    queries = [q for q in queries if q.id in qrels]
+    if ds.max_queries and len(queries) > ds.max_queries:
+        rng = np.random.default_rng(7)
+        keep = set(rng.choice(len(queries), ds.max_queries, replace=False).tolist())
+        queries = [q for i, q in enumerate(queries) if i in keep]
+    if not queries:
+        raise InputError(f"{ds.topics}: no topic has qrels in {ds.qrels}")
+    start = time.perf_counter()
+    if ds.candidates:
+        run = Run.read_trec(ds.candidates).truncated(ds.depth)
+    else:
+        stage = pipelines.build(ds.first_stage, index, options or {})
+        run = stage(queries, k=ds.depth)
+    retrieve = time.perf_counter() - start
+    extractor = FeatureExtractor(index)
+    start = time.perf_counter()
+    X, rows = extractor.extract(queries, run, ds.depth)
+    seconds = time.perf_counter() - start
+    y = np.asarray([max(0, qrels.get(qid, {}).get(run[qid][i].doc_id, 0)) for qid, i in rows], dtype=np.float32)
+    log(f"{ds.topics}: {len(queries)} queries, {len(rows)} candidates ({'run ' + ds.candidates if ds.candidates else ds.first_stage} "
+        f"top {ds.depth}, {retrieve:.1f}s); features {seconds:.1f}s ({seconds / max(1, len(queries)) * 1000:.1f} ms/query)")
+    return Examples(queries, run, X, y, [qid for qid, _ in rows], seconds)
+
+
+def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
+        valid_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]], features: Sequence[str], *,
+        params: dict | None = None, rounds: int = 1000, early_stopping: int = 50, seed: int = 13, threads: int = 0):
+    """Train a lambdarank booster on the concatenated parts, early-stopped on the validation parts' nDCG@10."""
+    import lightgbm as lgb
+
+    def stack(parts):
+        parts = [p for p in parts if len(p[0])]
+        if not parts:
+            return None
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                [g for p in parts for g in p[2]])
+
+    train = stack(train_parts)
+    if train is None:
+        raise InputError("no training query has a relevant candidate: check the qrels and the candidates")
+    params = {**DEFAULT_PARAMS, **(params or {}), "seed": seed, **({"num_threads": threads} if threads else {})}
+    label_max = int(max(train[1].max(), 1))
+    params.setdefault("label_gain", [float(2 ** i - 1) for i in range(max(label_max + 1, 32))])
+    dtrain = lgb.Dataset(train[0], train[1], group=train[2], feature_name=list(features), free_raw_data=False)
+    valid = stack(valid_parts)
+    callbacks = [lgb.log_evaluation(0)]
+    sets, names = [], []
+    if valid is not None:
+        sets, names = [lgb.Dataset(valid[0], valid[1], group=valid[2], reference=dtrain)], ["valid"]
+        callbacks.append(lgb.early_stopping(early_stopping, verbose=False))
+    booster = lgb.train(params, dtrain, num_boost_round=rounds, valid_sets=sets, valid_names=names,
+                        callbacks=callbacks)
+    best = booster.best_iteration or booster.current_iteration()
+    score = booster.best_score.get("valid", {}).get("ndcg@10") if valid is not None else None
+    return booster, {"best_iteration": int(best), "valid_ndcg@10": score,
+                     "train_queries": len(train[2]), "valid_queries": len(valid[2]) if valid else 0}
+
+
+def split(qids: Sequence[str], fraction: float, seed: int) -> tuple[set[str], set[str]]:
+    """(training, validation) query ids: a seeded ``fraction`` of the queries held out."""
+    order = sorted(set(qids))
+    rng = np.random.default_rng(seed)
+    rng.shuffle(order)
+    n_val = int(round(len(order) * fraction)) if fraction > 0 else 0
+    return set(order[n_val:]), set(order[:n_val])
+
+
+def folds_of(qids: Sequence[str], folds: int, seed: int) -> list[set[str]]:
+    order = sorted(set(qids))
+    rng = np.random.default_rng(seed)
+    rng.shuffle(order)
+    return [set(order[i::folds]) for i in range(folds)]
+
+
+@dataclass
+class TrainConfig:
+    sets: list[DataSet]
+    out: str
+    folds: int = 0
+    cv_run: str | None = None
+    val_fraction: float = 0.2
+    seed: int = 13
+    rounds: int = 1000
+    early_stopping: int = 50
+    params: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    binary_min_rel: int = 1
+    command: list[str] = field(default_factory=list)
+
+
+def _score(booster, ex: Examples, keep: set[str]) -> dict[str, list[float]]:
+    rows = [i for i, q in enumerate(ex.qids) if q in keep]
+    preds = booster.predict(ex.X[rows], num_iteration=booster.best_iteration or None) if rows else []
+    out: dict[str, list[float]] = {}
+    for i, s in zip(rows, preds):
+        out.setdefault(ex.qids[i], []).append(float(s))
+    return out
+
+
+def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, features):
+    """Fit on ``main_keep`` queries of the first set plus all of the others, validating on a held-out share of each."""
+    train_parts, valid_parts = [], []
+    for j, ex in enumerate(data):
+        pool = main_keep if j == 0 else set(ex.qids)
+        tr, va = split(sorted(pool), config.val_fraction, config.seed + j)
+        train_parts.append(ex.select(tr))
+        valid_parts.append(ex.select(va))
+    return fit(train_parts, valid_parts, features, params=config.params, rounds=config.rounds,
+               early_stopping=config.early_stopping, seed=config.seed)
+
+
+def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
+    """Train (and cross-validate); write the model directory; return the model card."""
+    from indexer.collections import read_qrels
+    from ranker.evaluate import evaluate
+    from ranker.features import FEATURES
+    from ranker.rerankers import apply_scores
+    from ranker.rerankers.ltr import LTRModel
+
+    if not config.sets:
+        raise InputError("weir train ltr needs at least one training set")
+    if config.folds == 1 or config.folds < 0:
+        raise InputError("--folds must be 0 (no cross-validation) or at least 2")
+    started = time.perf_counter()
+    data = [examples(ds, config.options, log) for ds in config.sets]
+    feature_seconds = time.perf_counter() - started
+    main = data[0]
+    main_ds = config.sets[0]
+    all_main = set(main.qids)
+    card: dict = {"kind": "ltr", "model": "LightGBM lambdarank",
+                  "features": list(FEATURES),
+                  "training_data": [{**asdict(ds), "topics_sha256": sha256(ds.topics), "qrels_sha256": sha256(ds.qrels),
+                                     "queries": len(ex.queries), "candidates": len(ex.qids)}
+                                    for ds, ex in zip(config.sets, data)],
+                  "parameters": {**DEFAULT_PARAMS, **config.params, "rounds": config.rounds,
+                                 "early_stopping": config.early_stopping, "val_fraction": config.val_fraction,
+                                 "seed": config.seed},
+                  "command": config.command, "versions": _versions(), "metrics": {}}
+    qrels = read_qrels(main_ds.qrels)
+    if config.folds:
+        cv_start = time.perf_counter()
+        scores: dict[str, list[float]] = {}
+        fold_info = []
+        for f, test in enumerate(folds_of(all_main, config.folds, config.seed)):
+            booster, info = _fit_on(data, all_main - test, config, FEATURES)
+            scores.update(_score(booster, main, test))
+            fold_info.append({"fold": f, "test_queries": len(test), **info})
+            log(f"fold {f + 1}/{config.folds}: {info['train_queries']} training queries, best iteration "
+                f"{info['best_iteration']}, validation nDCG@10 {info['valid_ndcg@10'] or float('nan'):.4f}")
+        cv_run = apply_scores(main.queries, main.run.truncated(main_ds.depth), main_ds.depth, scores, "ltr")
+        names = ["nDCG@10", "RR@10", "AP", "R@100"]
+        first = evaluate(main.run, qrels, names, binary_min_rel=config.binary_min_rel)
+        cv = evaluate(cv_run, qrels, names, binary_min_rel=config.binary_min_rel)
+        card["metrics"]["cross_validation"] = {"folds": config.folds, "first_stage": first, "ltr": cv,
+                                               "per_fold": fold_info, "seconds": round(time.perf_counter() - cv_start, 2)}
+        if config.cv_run:
+            cv_run.write_trec(config.cv_run, tag="ltr_cv")
+            card["metrics"]["cross_validation"]["run"] = config.cv_run
+        log(f"{config.folds}-fold cross-validation over {len(all_main)} queries: nDCG@10 {cv['nDCG@10']:.4f} "
+            f"(first stage {first['nDCG@10']:.4f})" + (f" -> {config.cv_run}" if config.cv_run else ""))
+    t0 = time.perf_counter()
+    booster, info = _fit_on(data, all_main, config, FEATURES)
+    train_seconds = time.perf_counter() - t0
+    gain = booster.feature_importance("gain")
+    importance = sorted(zip(FEATURES, (float(g) for g in gain)), key=lambda x: -x[1])
+    total = sum(g for _, g in importance) or 1.0
+    card["metrics"]["final"] = info
+    card["importance_gain"] = {n: round(g / total, 4) for n, g in importance}
+    card["timing"] = {"feature_seconds": round(feature_seconds, 2), "final_train_seconds": round(train_seconds, 2),
+                      "feature_ms_per_query": round(1000 * sum(ex.feature_seconds for ex in data)
+                                                    / max(1, sum(len(ex.queries) for ex in data)), 2)}
+    card["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    LTRModel(booster, FEATURES, card).save(config.out)  # keeps the trees up to the best iteration
+    log("feature importance (gain share): " + ", ".join(f"{n} {g:.3f}" for n, g in card["importance_gain"].items()))
+    return card
+
+
+def _versions() -> dict:
+    import lightgbm
+
+    return {"python": platform.python_version(), "lightgbm": lightgbm.__version__}
