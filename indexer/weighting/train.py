@@ -344,7 +344,7 @@ def train(config: TrainConfig, log=print) -> dict:
         "features": list(config.features),
         "tokenization": "indexer.weighting.terms (words [^\\W_]+, Anserini English analyzer: lowercase, stopwords, "
                         "Porter), shared by documents and queries",
-        "data": {"collection": coll.name, "corpus_sha256": None, "queries": config.queries,
+        "data": {"collection": coll.name, "corpus_sha256": _sha256(str(coll.corpus_path)), "queries": config.queries,
                  "queries_sha256": _sha256(config.queries), "qrels": config.qrels, "qrels_sha256": _sha256(config.qrels),
                  "training_queries": len(train_q), "validation_queries": len(val),
                  "titles_as_pseudo_queries": len([i for i in items if i[0].startswith("title:")]),
