@@ -1,0 +1,243 @@
+"""Attention-based reranker (ICR / QRHead / ReAttn, on a trained encoder): query and passage go through the
+transformer as one input (``[CLS] query [SEP] passage [SEP]``, eager attention), and relevance is read from the
+attention that query tokens pay to passage tokens.
+
+For a selected set of (layer, head) pairs, a pair's head score is the attention mass the query's word pieces (not
+[CLS]/[SEP]) send to the passage's word pieces, averaged over query word pieces; it is calibrated by subtracting the
+same mass for a content-free query (``"N/A"``) over the same passage (ICR), a pass that depends on the passage only
+and is cached per document. The relevance score is a learned linear combination of the calibrated head scores
+(``weights``, ``bias``). Options (ReAttn): ``idf`` re-weights query word pieces by how unevenly their attention is
+spread over the query's candidates (a word piece that attends alike to every candidate carries no signal): weight
+``-log(mean_c m_c / max_c m_c)`` per word piece, normalized to sum 1; entropy regularization is a training option
+(:mod:`ranker.train_attention`).
+
+A model directory (`weir train attention`) holds the fine-tuned backbone (Hugging Face format), ``heads.json`` (the
+selected heads, weights, bias, settings) and ``card.json``. Pairs of every query of a batch are scored together,
+sorted by length (little padding), under autocast (bf16/fp16) on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ranker.base import Reranker
+from ranker.index import Index
+from ranker.rerankers import apply_scores
+from weir.types import InputError, Query, Run
+
+ROOT = Path(__file__).resolve().parents[2]
+NA_QUERY = "N/A"
+QUERY_MAX_TOKENS = 32
+
+
+def load_backbone(path: str, device: str, *, attentions: bool = True):
+    """Tokenizer and encoder from a Hugging Face name or local path (eager attention, so weights can be read)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from ranker.encoder import resolve_model
+
+    path = resolve_model(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        kwargs = {"attn_implementation": "eager"} if attentions else {}
+        model = AutoModel.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot load model {path!r}: {e}") from None
+    return tokenizer, model.to(device)
+
+
+def encode_pairs(tokenizer, queries: Sequence[str], passages: Sequence[str], max_length: int) -> dict:
+    """Tokenize (query, passage) pairs: the query cut to :data:`QUERY_MAX_TOKENS` word pieces, the passage to fit."""
+    qs = [tokenizer.convert_tokens_to_string(tokenizer.tokenize(q)[:QUERY_MAX_TOKENS]) for q in queries]
+    return tokenizer(qs, list(passages), truncation="only_second", max_length=max_length, padding=True,
+                     return_tensors="pt", return_token_type_ids=True)
+
+
+def segment_masks(enc) -> tuple:
+    """(query mask, passage mask) over positions: segment 0 / 1 word pieces without [CLS], [SEP] and padding."""
+    import torch
+
+    ids, types, attn = enc["input_ids"], enc["token_type_ids"], enc["attention_mask"]
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    special[:, 0] = True
+    lengths = attn.sum(1)
+    special[torch.arange(len(ids)), lengths - 1] = True  # final [SEP]
+    pos = torch.arange(ids.shape[1]).unsqueeze(0)
+    n_seg0 = ((types == 0) & (attn == 1)).sum(1, keepdim=True)
+    qmask = (pos >= 1) & (pos < n_seg0 - 1)
+    pmask = (types == 1) & (attn == 1) & ~special
+    return qmask.float(), pmask.float()
+
+
+def head_masses(attentions, heads: Sequence[tuple[int, int]], qmask, pmask):
+    """Per pair, selected head and query position: the attention mass sent to passage positions. (B, K, L)."""
+    import torch
+
+    per_head = [attentions[layer][:, head] for layer, head in heads]  # each (B, L, L)
+    A = torch.stack(per_head, dim=1).float()  # (B, K, L, L)
+    mass = (A * pmask[:, None, None, :]).sum(-1)  # (B, K, L)
+    return mass * qmask[:, None, :]
+
+
+def head_scores(mass, qmask, token_weights=None):
+    """(B, K): mass averaged over query positions (or weighted by ``token_weights`` (B, L) summing to 1)."""
+    if token_weights is None:
+        return mass.sum(-1) / qmask.sum(-1, keepdim=True).clamp(min=1)
+    return (mass * token_weights[:, None, :]).sum(-1)
+
+
+def idf_weights(mass, qmask):
+    """ReAttn's cross-candidate re-weighting for the candidates of one query: (C, K, L) masses -> (C, L) weights.
+    A query position's weight is ``-log(mean_c m / max_c m)`` (averaged over heads), normalized over positions."""
+    import torch
+
+    m = mass.mean(1)  # (C, L)
+    mean, top = m.mean(0), m.max(0).values
+    w = -torch.log((mean / top.clamp(min=1e-9)).clamp(min=1e-9)) * (top > 0)
+    w = w * qmask[0]
+    total = w.sum()
+    w = w / total if total > 0 else qmask[0] / qmask[0].sum().clamp(min=1)
+    return w.unsqueeze(0).expand_as(m)
+
+
+def autocast(device: str):
+    import contextlib
+
+    import torch
+
+    if device.startswith("cuda"):
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.autocast("cuda", dtype=dtype)
+    return contextlib.nullcontext()
+
+
+class AttentionModel:
+    """The trained backbone plus the head selection and combination of a model directory."""
+
+    def __init__(self, path: str | os.PathLike, *, device: str | None = None):
+        from ranker.encoder import configure_cpu_threads, select_device
+
+        self.path = Path(path)
+        settings_file = self.path / "heads.json"
+        if not settings_file.is_file():
+            raise InputError(f"{self.path}: not an attention model directory (no heads.json); train one with "
+                             f"`weir train attention`")
+        self.settings = json.loads(settings_file.read_text())
+        self.heads = [tuple(h) for h in self.settings["heads"]]
+        self.weights = np.asarray(self.settings["weights"], dtype=np.float64)
+        self.bias = float(self.settings.get("bias", 0.0))
+        self.calibrate = bool(self.settings.get("calibrate", True))
+        self.idf = bool(self.settings.get("idf", False))
+        self.max_length = int(self.settings.get("max_length", 192))
+        self.device = select_device(device)
+        if self.device == "cpu":
+            configure_cpu_threads()
+        backbone = self.path / "backbone"
+        self.tokenizer, self.model = load_backbone(str(backbone if backbone.is_dir() else self.settings["base_model"]),
+                                                   self.device)
+        self.model.eval()
+        self.card = json.loads((self.path / "card.json").read_text()) if (self.path / "card.json").is_file() else {}
+        self._lock = threading.Lock()
+
+    def masses(self, queries: Sequence[str], passages: Sequence[str], batch_size: int) -> list[tuple]:
+        """Per pair: (masses (K, Lq) over its query word pieces as a numpy array), batched by length."""
+        import torch
+
+        order = sorted(range(len(queries)), key=lambda i: len(queries[i]) + len(passages[i]))
+        out: list = [None] * len(queries)
+        with self._lock, torch.inference_mode(), autocast(self.device):
+            for start in range(0, len(order), batch_size):
+                idx = order[start:start + batch_size]
+                enc = encode_pairs(self.tokenizer, [queries[i] for i in idx], [passages[i] for i in idx], self.max_length)
+                qmask, pmask = segment_masks(enc)
+                enc = {k: v.to(self.device) for k, v in enc.items()}
+                attn = self.model(**enc, output_attentions=True).attentions
+                mass = head_masses(attn, self.heads, qmask.to(self.device), pmask.to(self.device)).cpu().numpy()
+                qm = qmask.numpy().astype(bool)
+                for j, i in enumerate(idx):
+                    out[i] = mass[j][:, qm[j]]
+        return out
+
+
+class AttentionReranker(Reranker):
+    """Rescore the top ``depth`` candidates with the attention score of a model trained by `weir train attention`."""
+
+    name = "attention"
+
+    def __init__(self, index: Index, model: str | os.PathLike | None = None, *, depth: int = 100,
+                 device: str | None = None, batch_size: int | None = None, na_cache_size: int = 100_000):
+        self.index = index
+        self.model_path = Path(model) if model else default_model("attention")
+        self.model = AttentionModel(self.model_path, device=device)
+        self.depth = depth
+        self.batch_size = batch_size or (256 if self.model.device.startswith("cuda") else 32)
+        self.model_card = self.model.card
+        self._na: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._na_size = na_cache_size
+
+    def describe(self) -> dict:
+        return {**super().describe(), "model_path": str(self.model_path), "heads": self.model.heads,
+                "calibrate": self.model.calibrate, "idf": self.model.idf}
+
+    def _calibration(self, doc_ids: Sequence[str], texts: dict[str, str]) -> dict[str, np.ndarray]:
+        """Head scores (K,) of the content-free query over each passage, cached per document."""
+        missing = [d for d in dict.fromkeys(doc_ids) if d not in self._na]
+        if missing:
+            masses = self.model.masses([NA_QUERY] * len(missing), [texts[d] for d in missing], self.batch_size)
+            for d, m in zip(missing, masses):
+                self._na[d] = m.mean(-1) if m.shape[-1] else np.zeros(len(self.model.heads))
+            while len(self._na) > self._na_size:
+                self._na.popitem(last=False)
+        return {d: self._na[d] for d in doc_ids}
+
+    def score_pairs(self, queries: Sequence[Query], heads: dict[str, list]) -> dict[str, list[float]]:
+        pairs = [(q, h.doc_id) for q in queries for h in heads.get(q.id, [])]
+        if not pairs:
+            return {}
+        docs = self.index.documents([d for _, d in pairs])
+        texts = {d: (docs[d].contents if d in docs else "") for _, d in pairs}
+        masses = self.model.masses([q.text for q, _ in pairs], [texts[d] for _, d in pairs], self.batch_size)
+        calib = self._calibration([d for _, d in pairs], texts) if self.model.calibrate else {}
+        return combine(self.model, pairs, masses, calib)
+
+    def rerank(self, queries: Sequence[Query], run: Run, depth: int) -> Run:
+        heads = {q.id: run.get(q.id, [])[:depth] for q in queries}
+        return apply_scores(queries, run, depth, self.score_pairs(queries, heads), self.name)
+
+
+def combine(model, pairs, masses, calib) -> dict[str, list[float]]:
+    """Per query, the learned combination of (optionally IDF re-weighted, calibrated) head scores of its pairs."""
+    by_query: dict[str, list[int]] = {}
+    for i, (q, _) in enumerate(pairs):
+        by_query.setdefault(q.id, []).append(i)
+    out: dict[str, list[float]] = {}
+    for qid, rows in by_query.items():
+        m = [masses[i] for i in rows]  # each (K, Lq); the same Lq within a query
+        if model.idf and m and m[0].shape[-1]:
+            stack = np.stack(m)  # (C, K, Lq)
+            per_pos = stack.mean(1)
+            mean, top = per_pos.mean(0), per_pos.max(0)
+            w = np.where(top > 0, -np.log(np.clip(mean / np.clip(top, 1e-9, None), 1e-9, None)), 0.0)
+            w = w / w.sum() if w.sum() > 0 else np.full_like(w, 1 / len(w))
+            scores = (stack * w[None, None, :]).sum(-1)
+        else:
+            scores = np.stack([x.mean(-1) if x.shape[-1] else np.zeros(x.shape[0]) for x in m])
+        if calib:
+            scores = scores - np.stack([calib[pairs[i][1]] for i in rows])
+        out[qid] = (scores @ model.weights + model.bias).tolist()
+    return out
+
+
+def default_model(kind: str) -> Path:
+    """models/<kind> in the repository, else $WEIR_MODELS/<kind>."""
+    for base in (ROOT / "models", Path(os.environ.get("WEIR_MODELS", Path.home() / ".cache" / "weir" / "models"))):
+        if (base / kind).is_dir():
+            return base / kind
+    raise InputError(f"no {kind} model: train one with `weir train {kind} --out DIR` and pass --{kind}-model DIR")
