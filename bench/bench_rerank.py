@@ -1,0 +1,86 @@
+"""Reranker throughput and latency on this machine (prints figures; nothing asserted).
+
+- attention reranker pairs/second (batched across queries, sorted by length; N/A calibration cached per passage)
+  vs a plain Hugging Face loop scoring the same pairs one query's batch at a time with output_attentions;
+- LTR feature extraction and scoring per query, and end-to-end latency of bm25>>attention / hybrid>>ltr at
+  several depths (one query at a time, as the service sees them).
+
+    .venv/bin/python bench/bench_rerank.py --index indexes/dl19 --topics QUERIES --ltr-model DIR [--attention-model DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--index", required=True)
+    p.add_argument("--topics", required=True)
+    p.add_argument("--ltr-model", required=True)
+    p.add_argument("--attention-model", default=None, help="default: the untrained backbone with 8 heads")
+    p.add_argument("--queries", type=int, default=5)
+    p.add_argument("--depths", default="20,50,100", help="'' to skip the latency section")
+    args = p.parse_args()
+
+    import json
+    import tempfile
+
+    import torch
+
+    from indexer.collections import read_topics
+    from ranker import pipelines
+    from ranker.index import Index
+    from ranker.rerankers.attention import AttentionReranker
+
+    index = Index(args.index)
+    topics = read_topics(args.topics)[: args.queries]
+    model = args.attention_model
+    if model is None:
+        model = tempfile.mkdtemp()
+        Path(model, "heads.json").write_text(json.dumps({"base_model": "all-MiniLM-L6-v2", "max_length": 128,
+                                                         "heads": [[5, h] for h in range(8)], "weights": [1.0] * 8}))
+    bm25 = pipelines.build("bm25", index, {})
+    run = bm25(topics, k=100)
+    att = AttentionReranker(index, model, depth=100, device="cpu", batch_size=32)
+    pairs = [(q.text, h.doc_id) for q in topics for h in run[q.id]]
+    docs = index.documents([d for _, d in pairs])
+    texts = [docs[d].contents for _, d in pairs]
+    att.rerank(topics[:1], run, 10)  # warm up (first forward, JIT, tokenizer)
+    att._na.clear()  # a fair comparison: no calibration pass cached
+    start = time.perf_counter()
+    att.rerank(topics, run, 100)
+    ours = len(pairs) / (time.perf_counter() - start)
+    # plain loop: one query's 100 pairs per batch, unsorted, calibration pass recomputed each time
+    tok, mdl = att.model.tokenizer, att.model.model
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for qi, q in enumerate(topics):
+            ps = texts[qi * 100:(qi + 1) * 100]
+            for qq in (q.text, "N/A"):
+                enc = tok([qq] * len(ps), ps, truncation=True, max_length=128, padding="max_length", return_tensors="pt")
+                mdl(**enc, output_attentions=True)
+    plain = len(pairs) / (time.perf_counter() - start)
+    print(f"attention reranker: {ours:.1f} pairs/s (batched, sorted by length, calibration cached); "
+          f"plain HF loop: {plain:.1f} pairs/s; {torch.get_num_threads()} torch threads")
+    for spec in ("hybrid>>ltr", "bm25>>attention") if args.depths else ():
+        if "hybrid" in spec and "dense" not in index.components:
+            continue
+        pipe = pipelines.build(spec, index, {"ltr_model": args.ltr_model, "attention_model": model})
+        pipe(topics[:1], k=10, depth=20)  # warm up
+        for depth in (int(d) for d in args.depths.split(",")):
+            times = []
+            for q in topics:
+                t0 = time.perf_counter()
+                pipe([q], k=10, depth=depth)
+                times.append(time.perf_counter() - t0)
+            print(f"{spec} depth {depth}: {1000 * sum(times) / len(times):.0f} ms/query (mean of {len(times)})")
+
+
+if __name__ == "__main__":
+    main()
