@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
-import hashlib
 import json
 import os
 import re
@@ -24,6 +23,7 @@ from typing import Any
 
 from ranker.evaluate import DEFAULT_MEASURES, evaluate, measures as parse_measures
 from ranker.significance import TESTS, compare
+from weir.checksums import sha256_file
 from weir.types import InputError, Run
 
 MARK = "†"  # significantly different from the baseline after Holm's correction
@@ -153,14 +153,6 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
     if isinstance(out.get("measures"), str):
         out["measures"] = [m for m in out["measures"].split(",") if m.strip()]
     return out
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def versions() -> dict[str, str]:

@@ -224,7 +224,8 @@ def train(config: AttnTrainConfig, log: Callable[[str], None] = print) -> dict:
     from ranker.evaluate import evaluate
     from ranker.index import Index
     from ranker.rerankers import apply_scores
-    from ranker.train_ltr import folds_of, sha256
+    from ranker.train_ltr import folds_of
+    from weir.checksums import sha256_file
 
     if config.kind not in ("attention", "crossencoder"):
         raise InputError(f"unknown model kind {config.kind!r}")
@@ -244,8 +245,8 @@ def train(config: AttnTrainConfig, log: Callable[[str], None] = print) -> dict:
     all_q = {q.id for q in queries}
     card: dict = {"kind": config.kind, "base_model": config.base_model,
                   "training_data": {"index": config.index, "topics": config.topics, "qrels": config.qrels,
-                                    "candidates": config.candidates, "topics_sha256": sha256(config.topics),
-                                    "qrels_sha256": sha256(config.qrels), "queries": len(queries)},
+                                    "candidates": config.candidates, "topics_sha256": sha256_file(config.topics),
+                                    "qrels_sha256": sha256_file(config.qrels), "queries": len(queries)},
                   "parameters": {k: v for k, v in config.__dict__.items() if k not in ("command",)},
                   "command": config.command, "metrics": {}, "device": device}
 

@@ -13,16 +13,14 @@ queries); the scored folds are concatenated into one run. The saved model is the
 
 from __future__ import annotations
 
-import hashlib
-import os
 import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
+from weir.checksums import sha256_file
 from weir.types import InputError, Query, Run
 
 DEFAULT_PARAMS = {
@@ -89,14 +87,6 @@ class Examples:
             start = end
         idx = np.concatenate(chosen) if chosen else np.zeros(0, dtype=int)
         return self.X[idx], self.y[idx], groups
-
-
-def sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def examples(ds: DataSet, options: dict | None = None, log: Callable[[str], None] = print) -> Examples:
@@ -240,7 +230,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     all_main = set(main.qids)
     card: dict = {"kind": "ltr", "model": "LightGBM lambdarank",
                   "features": list(FEATURES),
-                  "training_data": [{**asdict(ds), "topics_sha256": sha256(ds.topics), "qrels_sha256": sha256(ds.qrels),
+                  "training_data": [{**asdict(ds), "topics_sha256": sha256_file(ds.topics), "qrels_sha256": sha256_file(ds.qrels),
                                      "queries": len(ex.queries), "candidates": len(ex.qids)}
                                     for ds, ex in zip(config.sets, data)],
                   "parameters": {**DEFAULT_PARAMS, **config.params, "rounds": config.rounds,

@@ -13,7 +13,6 @@ stages match, else the defaults below (chosen on SciFact's training split; see t
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ranker.fusion import DEFAULT_DEPTH, RRF_K, check_method
+from weir.checksums import sha256_file
 from weir.types import InputError
 
 TUNING_FILE = Path("tuning") / "fusion.json"
@@ -56,11 +56,6 @@ def parse_weights(text: str | Sequence[float] | None, stages: Sequence[str]) -> 
     if len(weights) != len(stages):
         raise InputError(f"{len(weights)} fusion weight(s) for {len(stages)} stages ({', '.join(stages)})")
     return weights
-
-
-def _sha256(path: str | os.PathLike) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def tuning_path(index) -> Path:
@@ -203,8 +198,8 @@ def tune_fusion(index, topics_path: str, qrels_path: str, *, stages: Sequence[st
         "measure": measure,
         "best_by_method": by_method,
         "single_stages": singles,
-        "tuned_on": {"topics": str(Path(topics_path).resolve()), "topics_sha256": _sha256(topics_path),
-                     "qrels": str(Path(qrels_path).resolve()), "qrels_sha256": _sha256(qrels_path),
+        "tuned_on": {"topics": str(Path(topics_path).resolve()), "topics_sha256": sha256_file(topics_path),
+                     "qrels": str(Path(qrels_path).resolve()), "qrels_sha256": sha256_file(qrels_path),
                      "queries": len(judged)},
         "grid": {"weights of the last stage": list(WEIGHT_GRID), "rrf_k": list(RRF_K_GRID), "methods": list(methods),
                  "points": len(results)},
