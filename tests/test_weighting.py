@@ -162,3 +162,25 @@ def test_training_writes_a_model_card(tiny, tmp_path, monkeypatch, kind):
     assert saved["kind"] == kind and saved["head_sha256"] and saved["data"]["validation_queries"] == 1
     assert saved["metrics"]["validation"]["epoch"] in (1, 2) and card["parameters"]["seed"] == 13
     assert (kind == "deepimpact") == ("fusion" in saved)
+
+
+def test_one_command_builds_both_learned_indexes_of_a_collection(tmp_path, capsys):
+    """`weir index build --with bm25,deepct,deepimpact` with the committed artifacts, on ADI (82 documents): one
+    encoder pass for both heads, a progress bar, and searchable deepct / deepimpact / deepimpact+bm25 pipelines."""
+    from tests.conftest import collection
+    from weir.cli import main
+
+    adi = collection("adi")
+    out = tmp_path / "adi"
+    assert main(["index", "build", "--collection", str(adi), "--out", str(out), "--with", "bm25,deepct,deepimpact"]) == 0
+    err = capsys.readouterr().err
+    assert "deepimpact+deepct weights" in err or "deepct+deepimpact weights" in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    for name in ("deepct", "deepimpact"):
+        entry = manifest["components"][name]
+        assert entry["documents"] == 82 and entry["model"]["card_sha256"] and entry["model"]["kind"] == name
+    assert manifest["components"]["deepimpact"]["parameters"]["quantization"]["bits"] == 8
+    for pipeline in ("deepct", "deepimpact", "deepimpact+bm25"):
+        assert main(["run", "--index", str(out), "--topics", str(adi / "queries.tsv"), "--out",
+                     str(tmp_path / f"{pipeline}.run"), "--pipeline", pipeline, "-k", "10"]) == 0
+        assert (tmp_path / f"{pipeline}.run").stat().st_size > 0
