@@ -36,7 +36,7 @@ def tradeoff(points: Sequence[tuple[str, float, float]], x_label: str, y_label: 
     ax.grid(True, alpha=0.3)
     ax.margins(x=0.25, y=0.15)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")  # labels near the edge stay inside the image
     plt.close(fig)
     return Path(path)
 
@@ -60,6 +60,6 @@ def bars(items: Sequence[tuple[str, float, Mapping[str, float]]], label: str, pa
     ax.set_xlim(0, min(1.05, max(m + e for m, e in zip(means, errors)) * 1.2) if means else 1)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")  # labels near the edge stay inside the image
     plt.close(fig)
     return Path(path)
