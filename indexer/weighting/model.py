@@ -105,6 +105,8 @@ class Backbone:
             self.model = AutoModel.from_pretrained(self.path)
         except (OSError, ValueError) as e:
             raise InputError(f"cannot load encoder {self.name!r} ({self.path}): {e}") from None
+        # passages are tokenized whole and cut into windows here: the tokenizer's length warning does not apply
+        self.tokenizer.model_max_length = 1 << 30
         if not self.tokenizer.is_fast:
             raise InputError(f"{self.name}: term weighting needs a fast tokenizer (word alignment)")
         self.fp16 = self.device.startswith("cuda") if fp16 is None else fp16
