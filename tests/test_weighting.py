@@ -146,7 +146,8 @@ def test_learned_pipelines_run(tiny):
     idx = Index(index)
     for name in ("deepct", "deepimpact", "deepimpact+bm25"):
         run = pipelines.build(name, idx)([Query("q3", "vitamin D bone")], k=3)
-        assert run["q3"] and run["q3"][0].doc_id == "d4" or name != "deepimpact+bm25"
+        assert run["q3"] and {h.doc_id for h in run["q3"]} <= {d["id"] for d in DOCS}
+        assert name != "deepimpact+bm25" or run["q3"][0].doc_id == "d4"  # BM25's half ranks the vitamin D paper first
 
 
 @pytest.mark.parametrize("kind", ["deepct", "deepimpact"])
