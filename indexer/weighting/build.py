@@ -16,7 +16,6 @@ model card and its sha256, the quantization parameters and counts.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from pathlib import Path
 

@@ -15,7 +15,6 @@ local path, unchanged).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.weighting.terms import word_terms
+from weir.checksums import sha256_file
 from weir.types import InputError
 
 KINDS = ("deepct", "deepimpact")
@@ -194,14 +194,6 @@ class Backbone:
         return out
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 class TermWeighter:
     """A trained head over its backbone: ``weights(texts)`` -> per text (unique terms, float32 weights)."""
 
@@ -225,11 +217,11 @@ class TermWeighter:
         self.batch_size = batch_size
 
     def card_sha256(self) -> str:
-        return file_sha256(self.path / CARD)
+        return sha256_file(self.path / CARD)
 
     def describe(self) -> dict:
         return {"model": str(self.path), "kind": self.kind, "card_sha256": self.card_sha256(),
-                "head_sha256": file_sha256(self.path / HEAD), "base_model": self.card["base_model"],
+                "head_sha256": sha256_file(self.path / HEAD), "base_model": self.card["base_model"],
                 "max_length": self.backbone.max_length, "device": self.backbone.device}
 
     def apply(self, vectors: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
@@ -264,7 +256,7 @@ def save(path: str | os.PathLike, head, card: dict) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     torch.save({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, path / HEAD)
-    card = {**card, "head_sha256": file_sha256(path / HEAD)}
+    card = {**card, "head_sha256": sha256_file(path / HEAD)}
     (path / CARD).write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 

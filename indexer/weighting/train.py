@@ -18,9 +18,6 @@ over tf = round(100 w) for DeepCT), with numpy/scipy, before quantization.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import json
-import math
 import random
 import tempfile
 import time
@@ -33,6 +30,7 @@ from tqdm import tqdm
 
 from indexer.weighting.model import FEATURES, KINDS, MAX_LENGTH, Backbone, CorpusStats, make_head, save
 from indexer.weighting.terms import unique_terms
+from weir.checksums import sha256_file
 from weir.types import Hit, InputError, Run
 
 
@@ -57,11 +55,6 @@ class TrainConfig:
     device: str | None = None
     features: list[str] = field(default_factory=list)  # lexical inputs beside the term vector: idf, tf, length
     command: list[str] = field(default_factory=list)
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 class ScoreMatrix:
@@ -344,8 +337,8 @@ def train(config: TrainConfig, log=print) -> dict:
         "features": list(config.features),
         "tokenization": "indexer.weighting.terms (words [^\\W_]+, Anserini English analyzer: lowercase, stopwords, "
                         "Porter), shared by documents and queries",
-        "data": {"collection": coll.name, "corpus_sha256": _sha256(str(coll.corpus_path)), "queries": config.queries,
-                 "queries_sha256": _sha256(config.queries), "qrels": config.qrels, "qrels_sha256": _sha256(config.qrels),
+        "data": {"collection": coll.name, "corpus_sha256": sha256_file(str(coll.corpus_path)), "queries": config.queries,
+                 "queries_sha256": sha256_file(config.queries), "qrels": config.qrels, "qrels_sha256": sha256_file(config.qrels),
                  "training_queries": len(train_q), "validation_queries": len(val),
                  "titles_as_pseudo_queries": len([i for i in items if i[0].startswith("title:")]),
                  "documents": len(docs)},
