@@ -107,6 +107,44 @@ def idf_weights(mass, qmask):
     return w.unsqueeze(0).expand_as(m)
 
 
+def extended_mask(attention_mask, dtype):
+    """(B, L) 0/1 mask -> the additive (B, 1, 1, L) mask of eager attention."""
+    import torch
+
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
+def layer_forward(layer, hidden, add_mask, *, output: bool = True):
+    """One BERT layer by hand (eager attention, as Hugging Face computes it): ``(hidden out, attention probs
+    (B, heads, L, L))``. With ``output=False`` only the attention probabilities are computed (the layer's value,
+    output and feed-forward parts are skipped: an attention score of the top layer needs nothing else)."""
+    import torch
+
+    sa = layer.attention.self
+    B, L, _ = hidden.shape
+    shape = (B, L, sa.num_attention_heads, sa.attention_head_size)
+    q = sa.query(hidden).view(shape).transpose(1, 2)
+    k = sa.key(hidden).view(shape).transpose(1, 2)
+    probs = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * sa.scaling + add_mask, dim=-1)
+    if not output:
+        return None, probs
+    v = sa.value(hidden).view(shape).transpose(1, 2)
+    ctx = torch.matmul(sa.dropout(probs), v).transpose(1, 2).reshape(B, L, -1)
+    attn_out = layer.attention.output(ctx, hidden)
+    return layer.output(layer.intermediate(attn_out), attn_out), probs
+
+
+def load_trained_delta(model, path: Path) -> None:
+    """Apply the parameters a training run changed (``trained.pt`` of a model directory) to the base backbone."""
+    import torch
+
+    delta = torch.load(path, map_location="cpu")
+    missing = [k for k in delta if k not in dict(model.named_parameters())]
+    if missing:
+        raise InputError(f"{path}: parameters {missing[:3]} not in the base model")
+    model.load_state_dict({k: v.float() for k, v in delta.items()}, strict=False)
+
+
 def autocast(device: str):
     import contextlib
 
@@ -142,6 +180,8 @@ class AttentionModel:
         backbone = self.path / "backbone"
         self.tokenizer, self.model = load_backbone(str(backbone if backbone.is_dir() else self.settings["base_model"]),
                                                    self.device)
+        if (self.path / "trained.pt").is_file():  # only the fine-tuned parameters were saved
+            load_trained_delta(self.model, self.path / "trained.pt")
         self.model.eval()
         self.card = json.loads((self.path / "card.json").read_text()) if (self.path / "card.json").is_file() else {}
         self._lock = threading.Lock()

@@ -13,7 +13,7 @@ from pathlib import Path
 from ranker.base import Reranker
 from ranker.index import Index
 from ranker.rerankers import apply_scores
-from ranker.rerankers.attention import autocast, default_model, encode_pairs, load_backbone
+from ranker.rerankers.attention import autocast, default_model, encode_pairs, load_backbone, load_trained_delta
 from weir.types import InputError, Query, Run
 
 
@@ -35,7 +35,11 @@ class CrossEncoderReranker(Reranker):
         self.device = select_device(device)
         if self.device == "cpu":
             configure_cpu_threads()
-        self.tokenizer, self.model = load_backbone(str(self.model_path / "backbone"), self.device, attentions=False)
+        backbone = self.model_path / "backbone"
+        self.tokenizer, self.model = load_backbone(str(backbone if backbone.is_dir() else self.settings["base_model"]),
+                                                   self.device, attentions=False)
+        if (self.model_path / "trained.pt").is_file():  # only the fine-tuned parameters were saved
+            load_trained_delta(self.model, self.model_path / "trained.pt")
         self.model.eval()
         self.linear = torch.nn.Linear(self.model.config.hidden_size, 1)
         self.linear.load_state_dict(torch.load(self.model_path / "cls_head.pt", map_location="cpu"))
