@@ -601,5 +601,7 @@ def _cmd(args) -> int:
                              distill_temperature=args.distill_temperature,
                              command=["weir"] + args.argv)
     card = train(config, log=lambda m: print(m, file=sys.stderr))
-    print(f"{args.kind} -> {args.out}: trained in {card['metrics']['final']['train_seconds']}s", file=sys.stderr)
+    seconds = card["metrics"]["final"]["train_seconds"]
+    print(f"{args.kind} -> {args.out}: " + (f"trained in {seconds}s" if seconds is not None else "cross-validation only"),
+          file=sys.stderr)
     return 0
