@@ -16,58 +16,34 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from indexer.weighting.terms import terms as text_terms
 from ranker.base import Retriever
 from ranker.index import Index
-from ranker.lucene_search import DOCIDS, _java, open_reader
+from ranker.lucene_search import LuceneSearcher, _java
 from weir.types import Hit, Query, Run
 
 
-class LuceneTermSearcher:
-    """Top-k search of weighted term queries over a pretokenized Lucene index (thread-safe)."""
+class LuceneTermSearcher(LuceneSearcher):
+    """Top-k search of weighted term queries ({term: weight}) over a pretokenized Lucene index (thread-safe)."""
 
     def __init__(self, path: str | os.PathLike, similarity, *, field: str = "contents", threads: int | None = None):
         autoclass, _ = _java()
-        self.path = Path(path)
-        self.reader = open_reader(self.path)
-        self.searcher = autoclass("org.apache.lucene.search.IndexSearcher")(self.reader)
-        self.searcher.setSimilarity(similarity)
-        SortField = autoclass("org.apache.lucene.search.SortField")
-        string_val = autoclass("org.apache.lucene.search.SortField$Type").STRING_VAL
-        self.sort = autoclass("org.apache.lucene.search.Sort")(SortField.FIELD_SCORE, SortField("id", string_val))
+        super().__init__(path, similarity, field=field, threads=threads)
         self._builder = autoclass("org.apache.lucene.search.BooleanQuery$Builder")
         self._should = autoclass("org.apache.lucene.search.BooleanClause$Occur").SHOULD
         self._term_query = autoclass("org.apache.lucene.search.TermQuery")
         self._term = autoclass("org.apache.lucene.index.Term")
         self._boost = autoclass("org.apache.lucene.search.BoostQuery")
-        self.field = field
-        with open(self.path / DOCIDS, encoding="utf-8") as f:
-            self.docids = f.read().splitlines()
-        self.pool = ThreadPoolExecutor(max_workers=threads or max(1, os.cpu_count() or 1),
-                                       thread_name_prefix="weir-learned")
 
-    def search(self, weights: dict[str, float], k: int) -> list[tuple[str, float]]:
+    def lucene_query(self, weights: dict[str, float]):
         if not weights:
-            return []
+            return None
         builder = self._builder()
         for term, w in weights.items():
             q = self._term_query(self._term(self.field, term))
             builder.add(q if w == 1 else self._boost(q, float(w)), self._should)
-        top = self.searcher.search(builder.build(), int(k), self.sort, True)
-        docids = self.docids
-        return [(docids[sd.doc], sd.score) for sd in top.scoreDocs]
-
-    def search_many(self, queries: Sequence[dict[str, float]], k: int) -> list[list[tuple[str, float]]]:
-        if len(queries) == 1:
-            return [self.search(queries[0], k)]
-        return list(self.pool.map(lambda q: self.search(q, k), queries))
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=False)
-        self.reader.close()
+        return builder.build()
 
 
 def deepct_query(text: str) -> dict[str, float]:

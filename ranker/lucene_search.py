@@ -10,7 +10,6 @@ written at index time (``docids.txt``). The hits are identical to pyserini's, ra
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,26 +47,27 @@ def write_docid_table(path: Path) -> int:
         reader.close()
 
 
-class LuceneBM25Searcher:
-    """Thread-safe BM25 search over one Lucene index; ``search_many`` runs queries on a thread pool."""
+class LuceneSearcher:
+    """Thread-safe top-k search over one Lucene index with a given similarity; subclasses turn a query (text,
+    weighted terms ...) into a Lucene query. ``search_many`` runs queries on a thread pool."""
 
-    def __init__(self, path: str | os.PathLike, *, k1: float = 0.9, b: float = 0.4, field: str = "contents",
-                 threads: int | None = None):
+    def __init__(self, path: str | os.PathLike, similarity, *, field: str = "contents", threads: int | None = None):
         autoclass, _ = _java()
         self.path = Path(path)
         self.reader = open_reader(self.path)
         self.searcher = autoclass("org.apache.lucene.search.IndexSearcher")(self.reader)
-        self.searcher.setSimilarity(autoclass("org.apache.lucene.search.similarities.BM25Similarity")(float(k1), float(b)))
+        self.searcher.setSimilarity(similarity)
         SortField = autoclass("org.apache.lucene.search.SortField")
         string_val = autoclass("org.apache.lucene.search.SortField$Type").STRING_VAL
         self.sort = autoclass("org.apache.lucene.search.Sort")(SortField.FIELD_SCORE, SortField("id", string_val))
-        self.analyzer = autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
-        self.generator = autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
         self.field = field
         self.docids = self._docids()
         self.pool = ThreadPoolExecutor(max_workers=threads or max(1, os.cpu_count() or 1),
                                        thread_name_prefix="weir-lucene")
-        self._lock = threading.Lock()
+
+    def lucene_query(self, query):
+        """The Lucene query for ``query``, or None when it has no term to search."""
+        raise NotImplementedError
 
     def _docids(self) -> list[str]:
         table = self.path / DOCIDS
@@ -77,17 +77,34 @@ class LuceneBM25Searcher:
         with open(table, encoding="utf-8") as f:
             return f.read().splitlines()
 
-    def search(self, text: str, k: int) -> list[tuple[str, float]]:
-        query = self.generator.buildQuery(self.field, self.analyzer, text)
-        top = self.searcher.search(query, int(k), self.sort, True)
+    def search(self, query, k: int) -> list[tuple[str, float]]:
+        lucene_query = self.lucene_query(query)
+        if lucene_query is None:
+            return []
+        top = self.searcher.search(lucene_query, int(k), self.sort, True)
         docids = self.docids
         return [(docids[sd.doc], sd.score) for sd in top.scoreDocs]
 
-    def search_many(self, texts: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
-        if len(texts) == 1:
-            return [self.search(texts[0], k)]
-        return list(self.pool.map(lambda t: self.search(t, k), texts))
+    def search_many(self, queries: Sequence, k: int) -> list[list[tuple[str, float]]]:
+        if len(queries) == 1:
+            return [self.search(queries[0], k)]
+        return list(self.pool.map(lambda q: self.search(q, k), queries))
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
         self.reader.close()
+
+
+class LuceneBM25Searcher(LuceneSearcher):
+    """BM25 over query text, analyzed and built into a bag-of-words query exactly as Anserini does."""
+
+    def __init__(self, path: str | os.PathLike, *, k1: float = 0.9, b: float = 0.4, field: str = "contents",
+                 threads: int | None = None):
+        autoclass, _ = _java()
+        similarity = autoclass("org.apache.lucene.search.similarities.BM25Similarity")(float(k1), float(b))
+        super().__init__(path, similarity, field=field, threads=threads)
+        self.analyzer = autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
+        self.generator = autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
+
+    def lucene_query(self, text: str):
+        return self.generator.buildQuery(self.field, self.analyzer, text)
