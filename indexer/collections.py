@@ -37,7 +37,8 @@ def _lines(path: Path, digest=None) -> Iterator[tuple[int, str]]:
             try:
                 yield lineno, raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise InputError(f"{path}:{lineno}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 4]!r})")
+                raise InputError(
+                    f"{path}:{lineno}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 4]!r})") from None
 
 
 @dataclass

@@ -63,7 +63,7 @@ def min_span(positions: dict[str, list[int]]) -> int:
     """Length (in tokens) of the shortest window that contains at least one position of every term given."""
     events = sorted((p, t) for t, ps in positions.items() for p in ps)
     need, have, best, left = len(positions), Counter(), math.inf, 0
-    for right, (pos, term) in enumerate(events):
+    for pos, term in events:
         have[term] += 1
         while len(have) == need:
             best = min(best, pos - events[left][0] + 1)

@@ -17,7 +17,8 @@ from weir.types import InputError
 
 def _add_pipeline_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", default="bm25",
-                   help="first stage and rerankers joined by '>>' (default: bm25). Known stages: see `weir pipelines`")
+                   help="first stage and rerankers joined by '>>' (default: bm25; with `weir run --candidates`, none: the "
+                   "candidates pass through). Known stages: see `weir pipelines`")
     p.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
     p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
     p.add_argument("--threads", type=int, default=None, help="search threads (default: all cores)")
@@ -118,7 +119,8 @@ def cmd_run(args) -> int:
     index = Index(args.index)
     topics = read_topics(args.topics)
     first = CandidateRun(Run.read_trec(args.candidates)) if args.candidates else None
-    spec = args.pipeline if not (first and args.pipeline == "bm25") else ""
+    # default pipeline: bm25 when retrieving; with --candidates, none (the candidates pass through)
+    spec = args.pipeline if args.pipeline is not None else ("" if first else "bm25")
     pipeline = pipelines.build(spec, index, _options(args), first_stage=first)
     start = time.perf_counter()
     # drop identical ids after retrieval: fetch one more hit so that k hits remain
@@ -317,7 +319,7 @@ def parser() -> argparse.ArgumentParser:
                    help="drop hits whose docid equals the qid (BEIR's ignore_identical_ids; needed for ArguAna)")
     r.add_argument("--tag", help="run tag in the TREC file (default: the pipeline name)")
     _add_pipeline_options(r)
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(func=cmd_run, pipeline=None)
 
     e = sub.add_parser("eval", help="evaluate a TREC run against qrels (ir-measures)")
     e.add_argument("--run", required=True, help="TREC run file")

@@ -166,7 +166,7 @@ class Backbone:
                 # several terms may share a word (rare): every row of that word gets the word's vector
                 chunks.append((ti, self._before + ids + self._after, marks))
         rows_of_word: list[dict[int, list[int]]] = []
-        for ws, terms, first in parsed:
+        for _, _, first in parsed:
             m: dict[int, list[int]] = {}
             for r, w in enumerate(first):
                 m.setdefault(w, []).append(r)
