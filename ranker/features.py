@@ -9,10 +9,7 @@ For the top ``depth`` hits of each query (:class:`FeatureExtractor`), one row of
   title length of the query's candidates as the average length (0 without a title); ``title_coverage``;
 - ``dense_cos``: cosine of the query embedding and the passage vector stored in the index's ``dense`` component
   (passages are never re-encoded; NaN without a dense component or for a document not in it); ``dense_cos_gap``:
-  minus the query's best candidate's cosine; ``dense_prf_cos``: Rocchio pseudo-relevance feedback in the same space,
-  from the stored vectors only (:func:`dense_prf`): q' = normalize(q + PRF_BETA * mean of the vectors of the query's
-  PRF_K candidates with the highest ``dense_cos``, among its top ``depth`` that have a vector), the feature q' . p
-  (NaN where ``dense_cos`` is);
+  minus the query's best candidate's cosine;
 - lengths: ``query_len`` (analyzed query terms), ``doc_len`` (analyzed contents terms), ``title_len``;
 - term statistics over the unique analyzed query terms: ``coverage`` (share present in the document),
   ``idf_coverage`` (idf-weighted share), ``matched_tf`` (query-term occurrences / doc_len), ``idf_sum``,
@@ -25,10 +22,6 @@ For the top ``depth`` hits of each query (:class:`FeatureExtractor`), one row of
 
 Terms come from Anserini's analyzer (the index's: English, Porter stemming, stopwords removed); idf is Lucene's
 BM25 idf ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the ``contents`` field. Analyzed documents are cached.
-
-PRF_K, PRF_BETA were chosen on SciFact train only (809 queries, qrels.train, hybrid top-100 of indexes/scifact;
-nDCG@10 of ranking by ``dense_prf_cos`` alone, ``dense_cos`` alone 0.6602; chosen: the best, k=3, beta=0.5):
-grid k,beta: nDCG@10  3,0.5: 0.6590 | 3,1.0: 0.6499 | 5,0.5: 0.6477 | 5,1.0: 0.6274 | 10,0.5: 0.6483 | 10,1.0: 0.6191
 """
 
 from __future__ import annotations
@@ -49,11 +42,9 @@ FEATURES = (
     "coverage", "idf_coverage", "matched_tf", "idf_sum", "idf_max", "idf_mean", "matched_idf_max",
     "min_span", "bigram_match",
     "first_score", "first_score_norm", "first_rank", "deepimpact", "deepct",
-    "dense_prf_cos",  # last: models saved with the older list keep their columns (LTRModel selects by name)
 )
 LEARNED_SPARSE = ("deepimpact", "deepct")
 K1, B = 0.9, 0.4
-PRF_K, PRF_BETA = 3, 0.5  # dense PRF: feedback vectors, their weight (see the module docstring for the choice)
 
 
 def bm25_idf(n_docs: int, df: int) -> float:
@@ -66,20 +57,6 @@ def bm25_term(tf: float, idf: float, length: float, avg_length: float, k1: float
     if tf <= 0:
         return 0.0
     return idf * tf / (tf + k1 * (1.0 - b + b * length / max(avg_length, 1e-9)))
-
-
-def dense_prf(qv: np.ndarray, vecs: np.ndarray, k: int = PRF_K, beta: float = PRF_BETA) -> np.ndarray:
-    """Rocchio PRF in the dense space: ``vecs`` (n, dim) are the stored vectors of one query's candidates, ``qv`` its
-    embedding; the k vectors with the highest ``vecs @ qv`` (ties: the earlier row) are averaged into
-    q' = normalize(qv + beta * mean) and q' . v of every row comes back (float32, n)."""
-    vecs = np.asarray(vecs, dtype=np.float32)
-    qv = np.asarray(qv, dtype=np.float32)
-    if not len(vecs):
-        return np.zeros(0, dtype=np.float32)
-    top = np.argsort(-(vecs @ qv), kind="stable")[:k]
-    q2 = qv + beta * vecs[top].mean(axis=0)
-    norm = float(np.linalg.norm(q2))
-    return (vecs @ (q2 / norm if norm > 0 else q2)).astype(np.float32)
 
 
 def min_span(positions: dict[str, list[int]]) -> int:
@@ -226,25 +203,20 @@ class FeatureExtractor:
                 self._docs.popitem(last=False)
         return {d: self._docs[d] for d in doc_ids}
 
-    def _cosines(self, queries: Sequence[Query],
-                 heads: dict[str, list[Hit]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Per query, (``dense_cos``, ``dense_prf_cos``) of its hits (NaN for a hit without a stored vector)."""
+    def _cosines(self, queries: Sequence[Query], heads: dict[str, list[Hit]]) -> dict[str, np.ndarray]:
         if self.dense is None:
-            return {q.id: (np.full(len(heads[q.id]), np.nan, dtype=np.float32),
-                           np.full(len(heads[q.id]), np.nan, dtype=np.float32)) for q in queries}
+            return {q.id: np.full(len(heads[q.id]), np.nan, dtype=np.float32) for q in queries}
         qvecs = self.encoder.encode_queries([q.text for q in queries])
         row_of, vectors = self.dense.row_of, self.dense.vectors
         out = {}
         for q, qv in zip(queries, qvecs):
             rows = [row_of.get(h.doc_id, -1) for h in heads[q.id]]
             cos = np.full(len(rows), np.nan, dtype=np.float32)
-            prf = np.full(len(rows), np.nan, dtype=np.float32)
             present = [i for i, r in enumerate(rows) if r >= 0]
             if present:
                 vecs = np.asarray(vectors[[rows[i] for i in present]], dtype=np.float32)
                 cos[present] = vecs @ qv
-                prf[present] = dense_prf(qv, vecs, PRF_K, PRF_BETA)
-            out[q.id] = (cos, prf)
+            out[q.id] = cos
         return out
 
     def extract(self, queries: Sequence[Query], run: Run, depth: int) -> tuple[np.ndarray, list[tuple[str, int]]]:
@@ -279,11 +251,9 @@ class FeatureExtractor:
                 rows.append((q.id, i))
             top_bm25 = X[:, col["bm25"]].max()
             X[:, col["bm25_norm"]] = X[:, col["bm25"]] / top_bm25 if top_bm25 > 0 else 0.0
-            cos, prf = cosines[q.id]
-            X[:, col["dense_cos"]] = cos
-            X[:, col["dense_prf_cos"]] = prf
-            if not np.isnan(cos).all():
-                X[:, col["dense_cos_gap"]] = cos - np.nanmax(cos)
+            X[:, col["dense_cos"]] = cosines[q.id]
+            if not np.isnan(cosines[q.id]).all():
+                X[:, col["dense_cos_gap"]] = cosines[q.id] - np.nanmax(cosines[q.id])
             first = X[:, col["first_score"]]
             span = first.max() - first.min()
             X[:, col["first_score_norm"]] = (first - first.min()) / span if span > 0 else 1.0

@@ -9,15 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from ranker.features import (
-    FEATURES,
-    PRF_BETA,
-    PRF_K,
-    bm25_idf,
-    dense_prf,
-    min_span,
-    pair_features,
-)
+from ranker.features import FEATURES, bm25_idf, min_span, pair_features
 from ranker.rerankers import apply_scores
 from weir.types import Hit, Query, Run
 
@@ -52,26 +44,6 @@ def test_pair_features_by_hand():
     assert f["min_span"] == pytest.approx(1.0)
     # query bigrams (appl, banana) present, (banana, kiwi) not
     assert f["bigram_match"] == pytest.approx(0.5)
-
-
-def test_dense_prf_by_hand():
-    qv = np.array([1.0, 0.0])
-    vecs = np.array([[0.6, 0.8], [1.0, 0.0], [0.0, 1.0], [0.8, 0.6]])  # cosines with qv: 0.6, 1, 0, 0.8
-    # k=2: rows 1 and 3 -> mean (0.9, 0.3); beta=1: q' = (1.9, 0.3) / sqrt(3.7)
-    expected = np.array([0.6 * 1.9 + 0.8 * 0.3, 1.9, 0.3, 0.8 * 1.9 + 0.6 * 0.3]) / math.sqrt(3.7)
-    np.testing.assert_allclose(dense_prf(qv, vecs, k=2, beta=1.0), expected, rtol=1e-6)
-    # beta=0.5, k=3: rows 1, 3, 0 -> mean (0.8, 0.4666..); q' = (1.4, 0.2333..) normalized
-    q2 = np.array([1.0 + 0.5 * 2.4 / 3, 0.5 * 1.4 / 3])
-    np.testing.assert_allclose(dense_prf(qv, vecs, k=3, beta=0.5), vecs @ q2 / np.linalg.norm(q2), rtol=1e-6)
-    # k above the number of candidates: all of them; a single feedback vector equal to q leaves the cosines alone
-    np.testing.assert_allclose(dense_prf(qv, vecs, k=10, beta=1.0),
-                               vecs @ (qv + vecs.mean(0)) / np.linalg.norm(qv + vecs.mean(0)), rtol=1e-6)
-    np.testing.assert_allclose(dense_prf(qv, vecs, k=1, beta=0.5), vecs @ qv, rtol=1e-6)
-    # ties in cosine: the earlier row is the feedback
-    tied = np.array([[0.0, 1.0], [0.0, -1.0]])
-    np.testing.assert_allclose(dense_prf(qv, tied, k=1, beta=1.0), [1 / math.sqrt(2), -1 / math.sqrt(2)], rtol=1e-6)
-    assert dense_prf(qv, np.zeros((0, 2)), k=3, beta=1.0).shape == (0,)
-    assert FEATURES[-1] == "dense_prf_cos"  # appended: older models' columns do not move
 
 
 @pytest.fixture(scope="module")
@@ -117,18 +89,6 @@ def test_features_of_tiny_index_by_hand(tiny_index):
     for i, doc in enumerate(["d3", "d1", "d2"]):
         assert X[i, col["dense_cos"]] == pytest.approx(float(stored[fx.dense.row_of[doc]] @ qv), abs=1e-5)
     assert np.nanmax(X[:, col["dense_cos_gap"]]) == pytest.approx(0.0)
-    # dense PRF: q' = normalize(q + beta * mean of the top PRF_K stored vectors by cosine), then q' . p
-    vecs = {doc: stored[fx.dense.row_of[doc]] for doc in ["d3", "d1", "d2"]}
-    feedback = sorted(vecs, key=lambda d: -float(vecs[d] @ qv))[:PRF_K]
-    q2 = qv + PRF_BETA * np.mean([vecs[d] for d in feedback], axis=0)
-    q2 = q2 / np.linalg.norm(q2)
-    for i, doc in enumerate(["d3", "d1", "d2"]):
-        assert X[i, col["dense_prf_cos"]] == pytest.approx(float(vecs[doc] @ q2), abs=1e-5)
-    # a candidate without a stored vector: NaN, and it takes no part in the feedback of the others
-    X2, _ = fx.extract([Query("q", "apple banana")], Run({"q": [Hit("d1", 3.0, 1), Hit("nope", 2.0, 2)]}), depth=2)
-    assert np.isnan(X2[1, col["dense_cos"]]) and np.isnan(X2[1, col["dense_prf_cos"]])
-    assert X2[0, col["dense_prf_cos"]] == pytest.approx(float(dense_prf(qv, vecs["d1"][None], PRF_K, PRF_BETA)[0]),
-                                                        abs=1e-5)
     # title BM25 of d3 ("Banana bread": banana matches; titles of lengths 2, 0, 2 -> average 4/3)
     assert X[0, col["title_bm25"]] == pytest.approx(idf * 1 / (1 + 0.9 * (1 - 0.4 + 0.4 * 2 / (4 / 3))), rel=1e-5)
 
@@ -155,29 +115,6 @@ def test_ltr_model_round_trip(tmp_path):
     loaded = LTRModel.load(tmp_path / "m")
     assert loaded.features == list(FEATURES) and loaded.card["kind"] == "ltr"
     np.testing.assert_array_equal(model.predict(X), loaded.predict(X))
-
-
-def test_model_with_the_older_feature_list(tmp_path):
-    """A model saved before ``dense_prf_cos`` existed reads its columns by name and scores as before."""
-    import lightgbm as lgb
-
-    from ranker.rerankers.ltr import DEFAULT_MODEL, LTRModel
-
-    old = [n for n in FEATURES if n != "dense_prf_cos"]
-    rng = np.random.default_rng(1)
-    X_old = rng.normal(size=(200, len(old))).astype(np.float32)
-    y = (X_old[:, 0] > 0.5).astype(int)
-    booster = lgb.train({"objective": "lambdarank", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5},
-                        lgb.Dataset(X_old, y, group=[20] * 10), num_boost_round=5)
-    LTRModel(booster, old).save(tmp_path / "old")
-    loaded = LTRModel.load(tmp_path / "old")
-    X_new = np.full((200, len(FEATURES)), np.nan, dtype=np.float32)
-    X_new[:, [FEATURES.index(n) for n in old]] = X_old
-    X_new[:, FEATURES.index("dense_prf_cos")] = rng.normal(size=200)
-    np.testing.assert_array_equal(loaded.predict(X_new[:, loaded.columns(FEATURES)]), booster.predict(X_old))
-    if (DEFAULT_MODEL / "features.json").is_file():  # the shipped model: every feature it reads is still computed
-        shipped = LTRModel.load(DEFAULT_MODEL)
-        assert [FEATURES[i] for i in shipped.columns(FEATURES)] == shipped.features
 
 
 def test_apply_scores_never_drops_or_invents():
