@@ -60,6 +60,10 @@ class AttnTrainConfig:
     distill: float = 0.0
     distill_temperature: float = 0.05
     device: str | None = None
+    interaction: str = "joint"  # joint: one input through every layer; late: ranker.relevance_attention
+    heads: int = 1  # late: heads of the relevance attention layer
+    temperature: float = 0.05  # late: the similarity initialization's softmax temperature
+    eval_every: int = 25  # late: steps between validation checkpoints
     command: list[str] = field(default_factory=list)
 
 
@@ -413,6 +417,14 @@ def train(config: AttnTrainConfig, log: Callable[[str], None] = print) -> dict:
 
     if config.kind not in ("attention", "crossencoder"):
         raise InputError(f"unknown model kind {config.kind!r}")
+    if config.interaction not in ("joint", "late"):
+        raise InputError(f"unknown interaction {config.interaction!r} (joint or late)")
+    if config.interaction == "late":
+        if config.kind != "attention":
+            raise InputError("--interaction late is for the attention reranker only")
+        from ranker.train_late_attention import train_late
+
+        return train_late(config, log)
     torch.manual_seed(config.seed)
     device = select_device(config.device)
     if device == "cpu":
@@ -569,8 +581,20 @@ def add_parsers(tr) -> None:
         t.add_argument("--entropy", type=float, default=0.0, help="attention: entropy penalty weight (ReAttn)")
         t.add_argument("--select", type=int, default=8, help="attention: heads kept (QRHead-style selection); 0: "
                        "keep the trained combination of the trained layers' heads")
-        t.add_argument("--validation", type=float, default=0.0, help="attention: share of the training queries held "
-                       "out to choose between the selected heads and the trained combination (by nDCG@10)")
+        t.add_argument("--validation", type=float, default=None, help="attention: share of the training queries held "
+                       "out to choose the score form (joint; default 0) or the checkpoint (late; default 0.2) by "
+                       "nDCG@10")
+        if kind == "attention":
+            t.add_argument("--interaction", choices=("joint", "late"), default="late",
+                           help="late (default): query and passage segments attend within themselves through the "
+                           "frozen backbone and a trained relevance attention layer reads query->passage attention "
+                           "on top (PreTTR-style; passages encoded once); joint: the whole input through every "
+                           "layer, the top --train-layers fine-tuned, heads selected QRHead-style")
+            t.add_argument("--heads", type=int, default=1, help="late: heads of the relevance attention layer "
+                           "(default 1, full width)")
+            t.add_argument("--temperature", type=float, default=0.05, help="late: the layer starts as token cosine "
+                           "similarity over this temperature (default 0.05)")
+            t.add_argument("--eval-every", type=int, default=25, help="late: steps between validation checkpoints")
         t.add_argument("--idf", action="store_true", help="attention: ReAttn cross-candidate IDF re-weighting")
         t.add_argument("--no-calibration", action="store_true", help="attention: no content-free (N/A) calibration")
         t.add_argument("--folds", type=int, default=0)
@@ -597,7 +621,11 @@ def _cmd(args) -> int:
                              idf=args.idf, calibrate=not args.no_calibration, folds=args.folds, cv_run=args.cv_run,
                              binary_min_rel=args.binary_min_rel, seed=args.seed, device=args.device,
                              cv_only=args.cv_only, select_queries=args.select_queries, cache=args.cache,
-                             validation=args.validation, distill=args.distill,
+                             validation=(args.validation if args.validation is not None
+                                         else 0.2 if getattr(args, "interaction", "joint") == "late" else 0.0),
+                             interaction=getattr(args, "interaction", "joint"), heads=getattr(args, "heads", 1),
+                             temperature=getattr(args, "temperature", 0.05),
+                             eval_every=getattr(args, "eval_every", 25), distill=args.distill,
                              distill_temperature=args.distill_temperature,
                              command=["weir"] + args.argv)
     card = train(config, log=lambda m: print(m, file=sys.stderr))

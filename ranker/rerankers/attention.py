@@ -171,23 +171,40 @@ class AttentionModel:
         self.heads = [tuple(h) for h in self.settings["heads"]]
         self.weights = np.asarray(self.settings["weights"], dtype=np.float64)
         self.bias = float(self.settings.get("bias", 0.0))
+        calib_w = self.settings.get("calibration_weights")  # own weights for the content-free pass (late)
+        self.calibration_weights = None if calib_w is None else np.asarray(calib_w, dtype=np.float64)
         self.calibrate = bool(self.settings.get("calibrate", True))
         self.idf = bool(self.settings.get("idf", False))
         self.max_length = int(self.settings.get("max_length", 192))
+        self.late = self.settings.get("interaction", "joint") == "late"
         self.device = select_device(device)
         if self.device == "cpu":
             configure_cpu_threads()
         backbone = self.path / "backbone"
         self.tokenizer, self.model = load_backbone(str(backbone if backbone.is_dir() else self.settings["base_model"]),
-                                                   self.device)
+                                                   self.device, attentions=not self.late)
         if (self.path / "trained.pt").is_file():  # only the fine-tuned parameters were saved
             load_trained_delta(self.model, self.path / "trained.pt")
         self.model.eval()
+        if self.late:
+            import torch
+
+            from ranker.relevance_attention import RelevanceAttention, StateCache
+
+            self.relevance = RelevanceAttention(self.model.config.hidden_size, int(self.settings["relevance_heads"]),
+                                                float(self.settings.get("temperature", 0.05)))
+            self.relevance.load_state_dict(torch.load(self.path / "relevance.pt", map_location="cpu"))
+            self.relevance.to(self.device).eval()
+            self.passage_states = StateCache(int(self.settings.get("state_cache", 4096)))
         self.card = json.loads((self.path / "card.json").read_text()) if (self.path / "card.json").is_file() else {}
         self._lock = threading.Lock()
 
-    def masses(self, queries: Sequence[str], passages: Sequence[str], batch_size: int) -> list[tuple]:
-        """Per pair: (masses (K, Lq) over its query word pieces as a numpy array), batched by length."""
+    def masses(self, queries: Sequence[str], passages: Sequence[str], batch_size: int,
+               doc_ids: Sequence[str] | None = None) -> list:
+        """Per pair: the selected heads' (log, in late interaction) attention masses on the passage, (K, Lq) over its
+        query word pieces as a numpy array; batched by length."""
+        if self.late:
+            return self._late_masses(queries, passages, batch_size, doc_ids)
         import torch
 
         order = sorted(range(len(queries)), key=lambda i: len(queries[i]) + len(passages[i]))
@@ -203,6 +220,38 @@ class AttentionModel:
                 qm = qmask.numpy().astype(bool)
                 for j, i in enumerate(idx):
                     out[i] = mass[j][:, qm[j]]
+        return out
+
+
+    def encode_states(self, texts: Sequence[str], max_length: int) -> list:
+        from ranker.relevance_attention import token_states
+
+        return token_states(self.model, self.tokenizer, texts, max_length, device=self.device)
+
+    def _late_masses(self, queries, passages, batch_size, doc_ids) -> list:
+        """Late interaction (:mod:`ranker.relevance_attention`): each query and each passage encoded once, alone;
+        the relevance layer over every pair."""
+        import torch
+
+        from ranker.relevance_attention import pad_states
+
+        keys = list(doc_ids) if doc_ids is not None else [f"text:{p}" for p in passages]
+        unique_q = list(dict.fromkeys(queries))
+        with self._lock, torch.inference_mode(), autocast(self.device):
+            q_states = dict(zip(unique_q, self.encode_states(unique_q, QUERY_MAX_TOKENS + 2)))
+            p_states = self.passage_states.get_many(keys, passages,
+                                                    lambda texts: self.encode_states(texts, self.max_length))
+            order = sorted(range(len(queries)), key=lambda i: len(p_states[i]))
+            out: list = [None] * len(queries)
+            head_index = [h for _, h in self.heads]
+            for start in range(0, len(order), batch_size):
+                idx = order[start:start + batch_size]
+                qx, qv, qw = pad_states([q_states[queries[i]] for i in idx], self.device)
+                px, pv, pw = pad_states([p_states[i] for i in idx], self.device)
+                log_mass = self.relevance(qx, qv, qw, px, pv, pw)[:, head_index].float().cpu().numpy()
+                qm = qw.cpu().numpy().astype(bool)
+                for j, i in enumerate(idx):
+                    out[i] = log_mass[j][:, qm[j]]
         return out
 
 
@@ -230,7 +279,8 @@ class AttentionReranker(Reranker):
         """Head scores (K,) of the content-free query over each passage, cached per document."""
         missing = [d for d in dict.fromkeys(doc_ids) if d not in self._na]
         if missing:
-            masses = self.model.masses([NA_QUERY] * len(missing), [texts[d] for d in missing], self.batch_size)
+            masses = self.model.masses([NA_QUERY] * len(missing), [texts[d] for d in missing], self.batch_size,
+                                       missing)
             for d, m in zip(missing, masses):
                 self._na[d] = m.mean(-1) if m.shape[-1] else np.zeros(len(self.model.heads))
             while len(self._na) > self._na_size:
@@ -243,7 +293,8 @@ class AttentionReranker(Reranker):
             return {}
         docs = self.index.documents([d for _, d in pairs])
         texts = {d: (docs[d].contents if d in docs else "") for _, d in pairs}
-        masses = self.model.masses([q.text for q, _ in pairs], [texts[d] for _, d in pairs], self.batch_size)
+        masses = self.model.masses([q.text for q, _ in pairs], [texts[d] for _, d in pairs], self.batch_size,
+                                   [d for _, d in pairs])
         calib = self._calibration([d for _, d in pairs], texts) if self.model.calibrate else {}
         return combine(self.model, pairs, masses, calib)
 
@@ -262,16 +313,19 @@ def combine(model, pairs, masses, calib) -> dict[str, list[float]]:
         m = [masses[i] for i in rows]  # each (K, Lq); the same Lq within a query
         if model.idf and m and m[0].shape[-1]:
             stack = np.stack(m)  # (C, K, Lq)
-            per_pos = stack.mean(1)
+            per_pos = (np.exp(stack) if getattr(model, "late", False) else stack).mean(1)  # masses, not log masses
             mean, top = per_pos.mean(0), per_pos.max(0)
             w = np.where(top > 0, -np.log(np.clip(mean / np.clip(top, 1e-9, None), 1e-9, None)), 0.0)
             w = w / w.sum() if w.sum() > 0 else np.full_like(w, 1 / len(w))
             scores = (stack * w[None, None, :]).sum(-1)
         else:
             scores = np.stack([x.mean(-1) if x.shape[-1] else np.zeros(x.shape[0]) for x in m])
-        if calib:
-            scores = scores - np.stack([calib[pairs[i][1]] for i in rows])
-        out[qid] = (scores @ model.weights + model.bias).tolist()
+        calibration = np.stack([calib[pairs[i][1]] for i in rows]) if calib else None
+        if calibration is not None and model.calibration_weights is not None:
+            values = scores @ model.weights - calibration @ model.calibration_weights
+        else:
+            values = (scores - calibration if calibration is not None else scores) @ model.weights
+        out[qid] = (values + model.bias).tolist()
     return out
 
 

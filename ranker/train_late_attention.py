@@ -1,0 +1,257 @@
+"""`weir train attention --interaction late`: train the relevance attention layer (:mod:`ranker.relevance_attention`)
+over the frozen backbone's per-segment token states.
+
+Every query text, the content-free query and every candidate passage is encoded once; a training step scores all
+the candidates of one training query (top ``depth`` of the run) and takes a listwise loss (ListNet: cross-entropy of
+the scores' softmax against the candidates' gains ``2^rel - 1``, normalized), optionally plus ``distill`` times the KL
+divergence from the backbone's bi-encoder cosine (softmax at ``distill_temperature``). The score of a pair is
+``sum_h w_h * s_h - sum_h v_h * n_h``: ``s_h`` the head's log attention mass on the passage averaged over the
+query's word pieces, ``n_h`` the same for the content-free query over the same passage (the calibration pass; its
+weights ``v`` start at 0 and are learned, so training decides how much calibration helps).
+
+With so few training queries, the model is chosen on held-out training queries: ``validation`` of them are kept
+out of the fit, scored every ``eval_every`` steps (and before the first step: the similarity initialization), and
+the best checkpoint by nDCG@10 is kept. ``folds`` writes a cross-validated run (each fold's model trained and
+validated on the other folds only).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+
+from weir.types import InputError, Run
+
+NA_QUERY = "N/A"
+
+
+class _States:
+    """Token states of every query text and candidate passage, and padded tensors per query's candidates."""
+
+    def __init__(self, model, tokenizer, queries, run, texts, depth: int, max_length: int, device: str, log):
+        from ranker.relevance_attention import pad_states, token_states
+        from ranker.rerankers.attention import QUERY_MAX_TOKENS
+
+        self.device = device
+        start = time.perf_counter()
+        q_texts = list(dict.fromkeys([q.text for q in queries] + [NA_QUERY]))
+        self.query = dict(zip(q_texts, token_states(model, tokenizer, q_texts, QUERY_MAX_TOKENS + 2, device=device)))
+        doc_ids = list(dict.fromkeys(h.doc_id for q in queries for h in run.get(q.id, [])[:depth]))
+        states = token_states(model, tokenizer, [texts[d] for d in doc_ids], max_length, device=device)
+        self.doc = dict(zip(doc_ids, states))
+        self.seconds = time.perf_counter() - start
+        log(f"  token states of {len(q_texts)} queries and {len(doc_ids)} passages ({self.seconds:.0f}s)")
+        self._pad, self._pad_states = {}, pad_states
+
+    def passages(self, qid: str, doc_ids: list[str]):
+        if qid not in self._pad:
+            self._pad[qid] = self._pad_states([self.doc[d] for d in doc_ids], self.device)
+        return self._pad[qid]
+
+    def query_batch(self, text: str, n: int):
+        qx, qv, qw = self._pad_states([self.query[text]], self.device)
+        return qx.expand(n, -1, -1), qv.expand(n, -1), qw.expand(n, -1)
+
+
+class _Scorer:
+    """The trainable part: the relevance layer, the head weights ``w`` and the calibration weights ``v``."""
+
+    def __init__(self, hidden: int, heads: int, temperature: float, device: str):
+        import torch
+
+        from ranker.relevance_attention import RelevanceAttention
+
+        self.layer = RelevanceAttention(hidden, heads, temperature).to(device)
+        self.w = torch.nn.Parameter(torch.full((heads,), 1.0 / heads, device=device))
+        self.v = torch.nn.Parameter(torch.zeros(heads, device=device))
+
+    def head_scores(self, states: _States, qid: str, text: str, doc_ids: list[str]):
+        from ranker.relevance_attention import mean_over_words
+
+        px, pv, pw = states.passages(qid, doc_ids)
+        qx, qv, qw = states.query_batch(text, len(doc_ids))
+        return mean_over_words(self.layer(qx, qv, qw, px, pv, pw), qw)  # (C, heads)
+
+    def scores(self, states: _States, qid: str, text: str, doc_ids: list[str], calibrate: bool):
+        s = self.head_scores(states, qid, text, doc_ids) @ self.w
+        if calibrate:
+            s = s - self.head_scores(states, qid, NA_QUERY, doc_ids) @ self.v
+        return s
+
+    def snapshot(self) -> dict:
+        return {"layer": copy.deepcopy(self.layer.state_dict()), "w": self.w.detach().clone(),
+                "v": self.v.detach().clone()}
+
+    def restore(self, snap: dict) -> None:
+        import torch
+
+        self.layer.load_state_dict(snap["layer"])
+        with torch.no_grad():
+            self.w.copy_(snap["w"])
+            self.v.copy_(snap["v"])
+
+
+def train_late(config, log) -> dict:
+    """Train (and cross-validate) a late-interaction attention model; write its directory; return the card."""
+    import torch
+
+    from indexer.collections import read_qrels, read_topics
+    from ranker.encoder import configure_cpu_threads, select_device
+    from ranker.evaluate import evaluate
+    from ranker.index import Index
+    from ranker.rerankers import apply_scores
+    from ranker.rerankers.attention import load_backbone
+    from ranker.train_ltr import folds_of
+    from weir.checksums import sha256_file
+
+    torch.manual_seed(config.seed)
+    device = select_device(config.device)
+    if device == "cpu":
+        configure_cpu_threads()
+    index = Index(config.index)
+    qrels = read_qrels(config.qrels)
+    queries = [q for q in read_topics(config.topics) if q.id in qrels]
+    if not queries:
+        raise InputError(f"{config.topics}: no topic has qrels in {config.qrels}")
+    run = Run.read_trec(config.candidates).truncated(config.depth)
+    docs = index.documents([h.doc_id for q in queries for h in run.get(q.id, [])])
+    texts = {h.doc_id: (docs[h.doc_id].contents if h.doc_id in docs else "")
+             for q in queries for h in run.get(q.id, [])}
+    tokenizer, model = load_backbone(config.base_model, device, attentions=False)
+    model.eval()
+    states = _States(model, tokenizer, queries, run, texts, config.depth, config.max_length, device, log)
+    cands = {q.id: [h.doc_id for h in run.get(q.id, [])[:config.depth]] for q in queries}
+    by_id = {q.id: q for q in queries}
+    gains = {q.id: np.asarray([max(0, qrels[q.id].get(d, 0)) for d in cands[q.id]], dtype=np.float32)
+             for q in queries}
+    teacher = None
+    if config.distill > 0:
+        from ranker.train_attention import _bi_encoder_scores
+
+        teacher = _bi_encoder_scores(index, queries, run, config.base_model, device)
+    hidden = model.config.hidden_size
+    n_layers = model.config.num_hidden_layers
+    calibrate = config.calibrate
+    validation = 0.2 if config.validation is None else config.validation
+
+    def score_run(scorer: _Scorer, keep) -> Run:
+        out: dict[str, list[float]] = {}
+        with torch.no_grad():
+            for qid in sorted(keep):
+                q = by_id[qid]
+                out[qid] = scorer.scores(states, qid, q.text, cands[qid], calibrate).float().cpu().tolist()
+        qs = [by_id[q] for q in sorted(keep)]
+        return apply_scores(qs, Run({q.id: run.get(q.id, []) for q in qs}), config.depth, out, "attention")
+
+    def ndcg(scorer: _Scorer, keep) -> float:
+        return evaluate(score_run(scorer, keep), {q: qrels.get(q, {}) for q in keep}, ["nDCG@10"])["nDCG@10"]
+
+    def fit(keep: set[str]) -> tuple[_Scorer, dict]:
+        order = sorted(keep)
+        random.Random(config.seed).shuffle(order)
+        n_val = round(len(order) * validation) if validation > 0 else 0
+        val_q, fit_q = set(order[:n_val]), set(order[n_val:])
+        usable = sorted(q for q in fit_q if gains[q].max() > 0)
+        if not usable:
+            raise InputError("no training query has a relevant candidate")
+        scorer = _Scorer(hidden, config.heads, config.temperature, device)
+        opt = torch.optim.AdamW([{"params": list(scorer.layer.parameters()), "lr": config.lr},
+                                 {"params": [scorer.w, scorer.v], "lr": config.head_lr}])
+        rng = random.Random(config.seed)
+        history, best = [], None
+        start, losses = time.perf_counter(), []
+
+        def checkpoint(step: int):
+            nonlocal best
+            if not val_q:
+                return
+            value = ndcg(scorer, val_q)
+            history.append([step, round(value, 4)])
+            if best is None or value > best[0]:
+                best = (value, step, scorer.snapshot())
+
+        checkpoint(0)
+        for step in range(1, config.steps + 1):
+            qid = rng.choice(usable)
+            s = scorer.scores(states, qid, by_id[qid].text, cands[qid], calibrate).float()
+            g = torch.tensor(2.0 ** gains[qid] - 1.0, device=device)
+            loss = -(g / g.sum() * torch.log_softmax(s, 0)).sum()
+            if teacher is not None:
+                t = torch.tensor([teacher[(by_id[qid].text, d)] for d in cands[qid]], device=device)
+                loss = loss + config.distill * torch.nn.functional.kl_div(
+                    torch.log_softmax(s, 0), torch.log_softmax(t / config.distill_temperature, 0),
+                    log_target=True, reduction="sum")
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+            if step % config.eval_every == 0 or step == config.steps:
+                checkpoint(step)
+                log(f"  step {step}/{config.steps}: loss {np.mean(losses[-config.eval_every:]):.4f}"
+                    + (f", validation nDCG@10 {history[-1][1]:.4f}" if history else "")
+                    + f" ({time.perf_counter() - start:.0f}s)")
+        if best is not None:
+            scorer.restore(best[2])
+        info = {"train_queries": len(fit_q), "validation_queries": len(val_q),
+                "train_seconds": round(time.perf_counter() - start, 1), "validation_history": history,
+                "chosen_step": best[1] if best else config.steps}
+        if best:
+            log(f"  kept step {best[1]} (validation nDCG@10 {best[0]:.4f})")
+        return scorer, info
+
+    all_q = {q.id for q in queries}
+    card: dict = {"kind": "attention", "interaction": "late", "base_model": config.base_model,
+                  "training_data": {"index": config.index, "topics": config.topics, "qrels": config.qrels,
+                                    "candidates": config.candidates, "topics_sha256": sha256_file(config.topics),
+                                    "qrels_sha256": sha256_file(config.qrels), "queries": len(queries)},
+                  "parameters": {k: v for k, v in config.__dict__.items() if k != "command"},
+                  "command": config.command, "metrics": {}, "device": device,
+                  "state_seconds": round(states.seconds, 1)}
+    if config.folds:
+        scored, per_fold = Run(), []
+        for f, test in enumerate(folds_of(sorted(all_q), config.folds, config.seed)):
+            log(f"fold {f + 1}/{config.folds}: training on {len(all_q - test)} queries, scoring {len(test)}")
+            scorer, info = fit(all_q - test)
+            scored.update(score_run(scorer, test))
+            per_fold.append(info)
+        names = ["nDCG@10", "RR@10", "AP"]
+        first = evaluate(run, qrels, names, binary_min_rel=config.binary_min_rel)
+        cv = evaluate(scored, qrels, names, binary_min_rel=config.binary_min_rel)
+        card["metrics"]["cross_validation"] = {"folds": config.folds, "first_stage": first, "attention": cv,
+                                               "per_fold": per_fold}
+        if config.cv_run:
+            scored.write_trec(config.cv_run, tag="attention_cv")
+        log(f"{config.folds}-fold cross-validation: nDCG@10 {cv['nDCG@10']:.4f} (first stage {first['nDCG@10']:.4f})")
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if config.cv_only:
+        (out / "cv-card.json").write_text(json.dumps(card, indent=1) + "\n")
+        card["metrics"]["final"] = {"train_seconds": None}
+        return card
+    scorer, info = fit(all_q)
+    card["metrics"]["final"] = info
+    card["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    save(out, scorer, config, n_layers, card)
+    return card
+
+
+def save(out: Path, scorer: _Scorer, config, n_layers: int, card: dict) -> None:
+    """relevance.pt (the layer), heads.json (what AttentionModel reads) and card.json. Calibration weights ``v``
+    are saved as per-head weights of the content-free pass: the reranker subtracts ``n @ v`` via ``weights``."""
+    import torch
+
+    torch.save(scorer.layer.state_dict(), out / "relevance.pt")
+    w = scorer.w.detach().cpu().numpy().astype(float)
+    v = scorer.v.detach().cpu().numpy().astype(float)
+    settings = {"kind": "attention", "interaction": "late", "base_model": config.base_model,
+                "max_length": config.max_length, "relevance_heads": config.heads, "temperature": config.temperature,
+                "heads": [[n_layers, h] for h in range(config.heads)], "weights": w.tolist(),
+                "calibration_weights": v.tolist(), "bias": 0.0, "calibrate": bool(config.calibrate),
+                "idf": bool(config.idf)}
+    (out / "heads.json").write_text(json.dumps(settings, indent=1) + "\n")
+    (out / "card.json").write_text(json.dumps(card, indent=1) + "\n")
