@@ -17,8 +17,9 @@ For the top ``depth`` hits of each query (:class:`FeatureExtractor`), one row of
 - proximity: ``min_span`` (matched distinct terms / the shortest token window containing them all; 0 when fewer
   than two match), ``bigram_match`` (share of the query's adjacent term pairs found adjacent, in order);
 - first stage: ``first_score``, ``first_score_norm`` (min-max within the query), ``first_rank`` (the incoming
-  hit's), and the learned sparse scores ``deepimpact`` / ``deepct`` from ``Hit.stage_scores`` when an earlier stage
-  gave them (NaN otherwise: LightGBM treats NaN as missing).
+  hit's), and the scores of earlier stages from ``Hit.stage_scores`` when a stage gave them (NaN otherwise: LightGBM
+  treats NaN as missing): the learned sparse ``deepimpact`` / ``deepct``, and ``attention`` (the attention reranker's
+  score, e.g. in ``bm25>>attention>>ltr``) with ``attention_norm`` (min-max within the query).
 
 Terms come from Anserini's analyzer (the index's: English, Porter stemming, stopwords removed); idf is Lucene's
 BM25 idf ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the ``contents`` field. Analyzed documents are cached.
@@ -41,9 +42,9 @@ FEATURES = (
     "query_len", "doc_len", "title_len",
     "coverage", "idf_coverage", "matched_tf", "idf_sum", "idf_max", "idf_mean", "matched_idf_max",
     "min_span", "bigram_match",
-    "first_score", "first_score_norm", "first_rank", "deepimpact", "deepct",
+    "first_score", "first_score_norm", "first_rank", "deepimpact", "deepct", "attention", "attention_norm",
 )
-LEARNED_SPARSE = ("deepimpact", "deepct")
+STAGE_SCORES = ("deepimpact", "deepct", "attention")  # earlier stages' scores taken from Hit.stage_scores
 K1, B = 0.9, 0.4
 
 
@@ -245,7 +246,7 @@ class FeatureExtractor:
                 X[i, col["bm25"]] = bm25[h.doc_id]
                 X[i, col["first_score"]] = h.score
                 X[i, col["first_rank"]] = h.rank or i + 1
-                for name in LEARNED_SPARSE:
+                for name in STAGE_SCORES:
                     if name in h.stage_scores:
                         X[i, col[name]] = h.stage_scores[name]
                 rows.append((q.id, i))
@@ -257,6 +258,10 @@ class FeatureExtractor:
             first = X[:, col["first_score"]]
             span = first.max() - first.min()
             X[:, col["first_score_norm"]] = (first - first.min()) / span if span > 0 else 1.0
+            attention = X[:, col["attention"]]
+            if not np.isnan(attention).all():
+                span = np.nanmax(attention) - np.nanmin(attention)
+                X[:, col["attention_norm"]] = (attention - np.nanmin(attention)) / span if span > 0 else 1.0
             blocks.append(X)
         matrix = np.concatenate(blocks) if blocks else np.zeros((0, len(self.names)), dtype=np.float32)
         return matrix, rows

@@ -41,10 +41,12 @@ class DataSet:
     first_stage: str = "hybrid"
     depth: int = 100
     max_queries: int | None = None
+    stage_runs: str | None = None  # "NAME:RUN[;NAME:RUN]": earlier stages' scores of the candidates (stage features)
 
     @classmethod
     def parse(cls, text: str) -> DataSet:
-        """``index=DIR,topics=FILE,qrels=FILE[,candidates=RUN][,first_stage=NAME][,depth=N][,max_queries=N]``."""
+        """``index=DIR,topics=FILE,qrels=FILE[,candidates=RUN][,first_stage=NAME][,depth=N][,max_queries=N]
+        [,stage_runs=NAME:RUN[;NAME:RUN]]``."""
         values: dict = {}
         for part in text.split(","):
             key, sep, value = part.partition("=")
@@ -113,6 +115,7 @@ def examples(ds: DataSet, options: dict | None = None, log: Callable[[str], None
         stage = pipelines.build(ds.first_stage, index, options or {})
         run = stage(queries, k=ds.depth)
     retrieve = time.perf_counter() - start
+    attach_stage_scores(run, ds.stage_runs)
     extractor = FeatureExtractor(index)
     start = time.perf_counter()
     X, rows = extractor.extract(queries, run, ds.depth)
@@ -121,6 +124,27 @@ def examples(ds: DataSet, options: dict | None = None, log: Callable[[str], None
     log(f"{ds.topics}: {len(queries)} queries, {len(rows)} candidates ({'run ' + ds.candidates if ds.candidates else ds.first_stage} "
         f"top {ds.depth}, {retrieve:.1f}s); features {seconds:.1f}s ({seconds / max(1, len(queries)) * 1000:.1f} ms/query)")
     return Examples(queries, run, X, y, [qid for qid, _ in rows], seconds)
+
+
+def attach_stage_scores(run: Run, spec: str | None) -> None:
+    """Record the scores that other runs give the candidates as ``Hit.stage_scores[NAME]`` (``spec``:
+    ``NAME:RUN[;NAME:RUN]``), as a pipeline's earlier stage would have: how a cross-validated run of another reranker
+    (e.g. ``attention:runs/attention-cv.trec``) becomes an LTR feature. A candidate missing from such a run gets none."""
+    from ranker.features import STAGE_SCORES
+
+    for part in (spec or "").split(";"):
+        if not part.strip():
+            continue
+        name, sep, path = part.partition(":")
+        name = name.strip()
+        if not sep or name not in STAGE_SCORES:
+            raise InputError(f"bad stage run {part!r}: expected NAME:RUN with NAME one of {', '.join(STAGE_SCORES)}")
+        other = Run.read_trec(path.strip())
+        for qid, hits in run.items():
+            scores = {h.doc_id: h.score for h in other.get(qid, [])}
+            for h in hits:
+                if h.doc_id in scores:
+                    h.stage_scores[name] = scores[h.doc_id]
 
 
 def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
@@ -185,6 +209,8 @@ class TrainConfig:
     early_stopping: int = 50
     params: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
+    rounds_by: str = "cv"  # cv: inner cross-validation over the training queries; holdout: early stopping
+    inner_folds: int = 4
     binary_min_rel: int = 1
     command: list[str] = field(default_factory=list)
 
@@ -198,8 +224,44 @@ def _score(booster, ex: Examples, keep: set[str]) -> dict[str, list[float]]:
     return out
 
 
+def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig, features) -> tuple[int, float]:
+    """The number of boosting rounds with the best nDCG@10 averaged over ``config.inner_folds`` folds of the first
+    set's ``main_keep`` queries (each fold's model trained on the rest, plus all of the other sets)."""
+    import lightgbm as lgb
+
+    curves = []
+    others = [ex.select(set(ex.qids)) for ex in data[1:]]
+    for inner in folds_of(sorted(main_keep), config.inner_folds, config.seed + 1):
+        train_parts = [data[0].select(main_keep - inner)] + others
+        valid = data[0].select(inner)
+        if not valid[2]:
+            continue
+        X = np.concatenate([p[0] for p in train_parts])
+        y = np.concatenate([p[1] for p in train_parts])
+        groups = [g for p in train_parts for g in p[2]]
+        params = {**DEFAULT_PARAMS, **config.params, "seed": config.seed}
+        params.setdefault("label_gain", [float(2 ** i - 1) for i in range(max(int(y.max()) + 1, 32))])
+        dtrain = lgb.Dataset(X, y, group=groups, feature_name=list(features))
+        dvalid = lgb.Dataset(valid[0], valid[1], group=valid[2], reference=dtrain)
+        record: dict = {}
+        lgb.train(params, dtrain, num_boost_round=config.rounds, valid_sets=[dvalid], valid_names=["valid"],
+                  callbacks=[lgb.record_evaluation(record)])
+        curves.append(record["valid"]["ndcg@10"])
+    if not curves:
+        raise InputError("no inner fold has a query with a relevant candidate")
+    mean = np.mean(curves, axis=0)
+    return int(np.argmax(mean)) + 1, float(mean.max())
+
+
 def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, features):
-    """Fit on ``main_keep`` queries of the first set plus all of the others, validating on a held-out share of each."""
+    """Fit on ``main_keep`` queries of the first set plus all of the others. The number of rounds comes from inner
+    cross-validation (``rounds_by="cv"``) or from early stopping on a held-out share of each set (``"holdout"``)."""
+    if config.rounds_by == "cv":
+        rounds, inner = rounds_by_cv(data, main_keep, config, features)
+        parts = [data[0].select(main_keep)] + [ex.select(set(ex.qids)) for ex in data[1:]]
+        booster, info = fit(parts, [], features, params=config.params, rounds=rounds, seed=config.seed)
+        info.update({"best_iteration": rounds, "inner_cv_ndcg@10": round(inner, 4), "inner_folds": config.inner_folds})
+        return booster, info
     train_parts, valid_parts = [], []
     for j, ex in enumerate(data):
         pool = main_keep if j == 0 else set(ex.qids)
@@ -234,6 +296,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
                                      "queries": len(ex.queries), "candidates": len(ex.qids)}
                                     for ds, ex in zip(config.sets, data)],
                   "parameters": {**DEFAULT_PARAMS, **config.params, "rounds": config.rounds,
+                                 "rounds_by": config.rounds_by, "inner_folds": config.inner_folds,
                                  "early_stopping": config.early_stopping, "val_fraction": config.val_fraction,
                                  "seed": config.seed},
                   "command": config.command, "versions": _versions(), "metrics": {}}
@@ -246,8 +309,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
             booster, info = _fit_on(data, all_main - test, config, FEATURES)
             scores.update(_score(booster, main, test))
             fold_info.append({"fold": f, "test_queries": len(test), **info})
-            log(f"fold {f + 1}/{config.folds}: {info['train_queries']} training queries, best iteration "
-                f"{info['best_iteration']}, validation nDCG@10 {info['valid_ndcg@10'] or float('nan'):.4f}")
+            log(f"fold {f + 1}/{config.folds}: {info['train_queries']} training queries, {_rounds_note(info)}")
         cv_run = apply_scores(main.queries, main.run.truncated(main_ds.depth), main_ds.depth, scores, "ltr")
         names = ["nDCG@10", "RR@10", "AP", "R@100"]
         first = evaluate(main.run, qrels, names, binary_min_rel=config.binary_min_rel)
@@ -274,6 +336,12 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     LTRModel(booster, FEATURES, card).save(config.out)  # keeps the trees up to the best iteration
     log("feature importance (gain share): " + ", ".join(f"{n} {g:.3f}" for n, g in card["importance_gain"].items()))
     return card
+
+
+def _rounds_note(info: dict) -> str:
+    if "inner_cv_ndcg@10" in info:
+        return f"{info['best_iteration']} rounds (inner {info['inner_folds']}-fold CV nDCG@10 {info['inner_cv_ndcg@10']:.4f})"
+    return f"best iteration {info['best_iteration']}, validation nDCG@10 {info['valid_ndcg@10'] or float('nan'):.4f}"
 
 
 def _versions() -> dict:

@@ -42,20 +42,24 @@ def cmd_train_ltr(args) -> int:
     from ranker.train_ltr import DataSet, TrainConfig, train
 
     main = DataSet(index=args.index, topics=args.topics, qrels=args.qrels, candidates=args.candidates,
-                   first_stage=args.first_stage, depth=args.train_depth, max_queries=args.max_queries)
+                   first_stage=args.first_stage, depth=args.train_depth, max_queries=args.max_queries,
+                   stage_runs=";".join(args.stage_run or []) or None)
     sets = [main] + [DataSet.parse(text) for text in args.also or []]
     params = {}
     for key in ("learning_rate", "num_leaves", "min_data_in_leaf"):
         if getattr(args, key) is not None:
             params[key] = getattr(args, key)
     config = TrainConfig(sets=sets, out=args.out, folds=args.folds, cv_run=args.cv_run, val_fraction=args.val_fraction,
-                         seed=args.seed, rounds=args.rounds, early_stopping=args.early_stopping, params=params,
+                         seed=args.seed, rounds=args.rounds or (300 if args.rounds_by == "cv" else 1000),
+                         rounds_by=args.rounds_by, inner_folds=args.inner_folds,
+                         early_stopping=args.early_stopping, params=params,
                          options={"threads": args.threads}, binary_min_rel=args.binary_min_rel,
                          command=["weir"] + args.argv)
     card = train(config, log=lambda m: print(m, file=sys.stderr))
     final = card["metrics"]["final"]
-    print(f"ltr -> {args.out}: {final['train_queries']} training queries, best iteration {final['best_iteration']}, "
-          f"validation nDCG@10 {final['valid_ndcg@10'] or float('nan'):.4f}", file=sys.stderr)
+    from ranker.train_ltr import _rounds_note
+
+    print(f"ltr -> {args.out}: {final['train_queries']} training queries, {_rounds_note(final)}", file=sys.stderr)
     return 0
 
 
@@ -63,9 +67,11 @@ def add_train_parsers(tr) -> None:
     """`weir train ltr` (and, where present, the attention and cross-encoder trainers) on the `train` subparsers."""
     t = tr.add_parser("ltr", help="LightGBM lambdarank over lexical, dense and first-stage features",
                       description="Train a LightGBM lambdarank reranker. Candidates: --candidates RUN, else the "
-                      "--first-stage pipeline over --index (top --train-depth). Query-grouped validation split with "
-                      "early stopping on nDCG@10; --folds K also writes a K-fold cross-validated run of the --topics "
-                      "queries (--cv-run). Writes model.txt, features.json and card.json to --out.")
+                      "--first-stage pipeline over --index (top --train-depth). The number of boosting rounds is "
+                      "chosen by nDCG@10 in an inner cross-validation over the training queries (--rounds-by cv, "
+                      "default; robust with few queries), or by early stopping on a held-out share (holdout); "
+                      "--folds K also writes a K-fold cross-validated run of the --topics queries (--cv-run). "
+                      "Writes model.txt, features.json and card.json to --out.")
     t.add_argument("--index", required=True, help="index directory (bm25, and dense for the cosine feature)")
     t.add_argument("--topics", required=True, help="TRAINING topics (never a test split you report)")
     t.add_argument("--qrels", required=True, help="qrels of the training topics (graded labels are kept)")
@@ -79,9 +85,17 @@ def add_train_parsers(tr) -> None:
     t.add_argument("--folds", type=int, default=0, help="cross-validate over the --topics queries in K folds")
     t.add_argument("--cv-run", default=None, help="write the cross-validated run here (with --folds)")
     t.add_argument("--binary-min-rel", type=int, default=1, help="grade counted relevant by binary measures")
-    t.add_argument("--val-fraction", type=float, default=0.2, help="training queries held out for early stopping")
-    t.add_argument("--rounds", type=int, default=1000, help="boosting rounds at most (default 1000)")
-    t.add_argument("--early-stopping", type=int, default=50, help="rounds without validation gain (default 50)")
+    t.add_argument("--stage-run", action="append", metavar="NAME:RUN", help="an earlier stage's scores of the "
+                   "candidates from a run file, as feature NAME (attention, deepimpact, deepct), e.g. "
+                   "attention:runs/attention-cv.trec (repeatable)")
+    t.add_argument("--rounds-by", choices=("cv", "holdout"), default="cv",
+                   help="choose the number of rounds by inner cross-validation (cv, default) or early stopping on "
+                   "a held-out share of the training queries (holdout)")
+    t.add_argument("--inner-folds", type=int, default=4, help="cv: inner folds (default 4)")
+    t.add_argument("--val-fraction", type=float, default=0.2, help="holdout: training queries held out")
+    t.add_argument("--rounds", type=int, default=None, help="boosting rounds at most (default 300 with cv, 1000 with "
+                   "holdout)")
+    t.add_argument("--early-stopping", type=int, default=50, help="holdout: rounds without validation gain (default 50)")
     t.add_argument("--learning-rate", type=float, default=None)
     t.add_argument("--num-leaves", type=int, default=None)
     t.add_argument("--min-data-in-leaf", type=int, default=None)
