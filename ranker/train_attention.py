@@ -64,6 +64,7 @@ class AttnTrainConfig:
     heads: int = 1  # late: heads of the relevance attention layer
     temperature: float = 0.05  # late: the similarity initialization's softmax temperature
     eval_every: int = 25  # late: steps between validation checkpoints
+    also: list[str] = field(default_factory=list)  # late: further training sets (always fitted on)
     command: list[str] = field(default_factory=list)
 
 
@@ -595,6 +596,8 @@ def add_parsers(tr) -> None:
             t.add_argument("--temperature", type=float, default=0.05, help="late: the layer starts as token cosine "
                            "similarity over this temperature (default 0.05)")
             t.add_argument("--eval-every", type=int, default=25, help="late: steps between validation checkpoints")
+            t.add_argument("--also", action="append", help="late: another training set, fitted on in every fold: "
+                           "index=DIR,topics=FILE,qrels=FILE,candidates=RUN[,depth=N] (repeatable)")
         t.add_argument("--idf", action="store_true", help="attention: ReAttn cross-candidate IDF re-weighting")
         t.add_argument("--no-calibration", action="store_true", help="attention: no content-free (N/A) calibration")
         t.add_argument("--folds", type=int, default=0)
@@ -625,7 +628,8 @@ def _cmd(args) -> int:
                                          else 0.2 if getattr(args, "interaction", "joint") == "late" else 0.0),
                              interaction=getattr(args, "interaction", "joint"), heads=getattr(args, "heads", 1),
                              temperature=getattr(args, "temperature", 0.05),
-                             eval_every=getattr(args, "eval_every", 25), distill=args.distill,
+                             eval_every=getattr(args, "eval_every", 25), also=getattr(args, "also", None) or [],
+                             distill=args.distill,
                              distill_temperature=args.distill_temperature,
                              command=["weir"] + args.argv)
     card = train(config, log=lambda m: print(m, file=sys.stderr))

@@ -33,16 +33,16 @@ NA_QUERY = "N/A"
 class _States:
     """Token states of every query text and candidate passage, and padded tensors per query's candidates."""
 
-    def __init__(self, model, tokenizer, queries, run, texts, depth: int, max_length: int, device: str, log):
+    def __init__(self, model, tokenizer, query_texts, doc_texts: dict[str, str], max_length: int, device: str, log):
         from ranker.relevance_attention import pad_states, token_states
         from ranker.rerankers.attention import QUERY_MAX_TOKENS
 
         self.device = device
         start = time.perf_counter()
-        q_texts = list(dict.fromkeys([q.text for q in queries] + [NA_QUERY]))
+        q_texts = list(dict.fromkeys([*query_texts, NA_QUERY]))
         self.query = dict(zip(q_texts, token_states(model, tokenizer, q_texts, QUERY_MAX_TOKENS + 2, device=device)))
-        doc_ids = list(dict.fromkeys(h.doc_id for q in queries for h in run.get(q.id, [])[:depth]))
-        states = token_states(model, tokenizer, [texts[d] for d in doc_ids], max_length, device=device)
+        doc_ids = list(doc_texts)
+        states = token_states(model, tokenizer, [doc_texts[d] for d in doc_ids], max_length, device=device)
         self.doc = dict(zip(doc_ids, states))
         self.seconds = time.perf_counter() - start
         log(f"  token states of {len(q_texts)} queries and {len(doc_ids)} passages ({self.seconds:.0f}s)")
@@ -120,17 +120,19 @@ def train_late(config, log) -> dict:
         raise InputError(f"{config.topics}: no topic has qrels in {config.qrels}")
     run = Run.read_trec(config.candidates).truncated(config.depth)
     docs = index.documents([h.doc_id for q in queries for h in run.get(q.id, [])])
-    texts = {h.doc_id: (docs[h.doc_id].contents if h.doc_id in docs else "")
-             for q in queries for h in run.get(q.id, [])}
-    tokenizer, model = load_backbone(config.base_model, device, attentions=False)
-    model.eval()
-    states = _States(model, tokenizer, queries, run, texts, config.depth, config.max_length, device, log)
     cands = {q.id: [h.doc_id for h in run.get(q.id, [])[:config.depth]] for q in queries}
+    texts = {d: (docs[d].contents if d in docs else "") for ds in cands.values() for d in ds}
     by_id = {q.id: q for q in queries}
     gains = {q.id: np.asarray([max(0, qrels[q.id].get(d, 0)) for d in cands[q.id]], dtype=np.float32)
              for q in queries}
+    extra = _extra_sets(config, cands, texts, by_id, gains, log)  # ids of queries always fitted on
+    tokenizer, model = load_backbone(config.base_model, device, attentions=False)
+    model.eval()
+    states = _States(model, tokenizer, [q.text for q in by_id.values()], texts, config.max_length, device, log)
     teacher = None
     if config.distill > 0:
+        if extra:
+            raise InputError("--distill takes the main set's stored vectors: not with --also")
         from ranker.train_attention import _bi_encoder_scores
 
         teacher = _bi_encoder_scores(index, queries, run, config.base_model, device)
@@ -155,7 +157,7 @@ def train_late(config, log) -> dict:
         order = sorted(keep)
         random.Random(config.seed).shuffle(order)
         n_val = round(len(order) * validation) if validation > 0 else 0
-        val_q, fit_q = set(order[:n_val]), set(order[n_val:])
+        val_q, fit_q = set(order[:n_val]), set(order[n_val:]) | extra
         usable = sorted(q for q in fit_q if gains[q].max() > 0)
         if not usable:
             raise InputError("no training query has a relevant candidate")
@@ -197,7 +199,7 @@ def train_late(config, log) -> dict:
                     + f" ({time.perf_counter() - start:.0f}s)")
         if best is not None:
             scorer.restore(best[2])
-        info = {"train_queries": len(fit_q), "validation_queries": len(val_q),
+        info = {"train_queries": len(fit_q), "of_them_from_also": len(extra), "validation_queries": len(val_q),
                 "train_seconds": round(time.perf_counter() - start, 1), "validation_history": history,
                 "chosen_step": best[1] if best else config.steps}
         if best:
@@ -238,6 +240,37 @@ def train_late(config, log) -> dict:
     card["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     save(out, scorer, config, n_layers, card)
     return card
+
+
+def _extra_sets(config, cands, texts, by_id, gains, log) -> set[str]:
+    """Add the ``--also`` training sets (``index=DIR,topics=FILE,qrels=FILE,candidates=RUN[,depth=N]``) to the
+    candidates, texts, queries and gains under prefixed ids (``also1:...``); they are fitted on in every fold and
+    never used for validation or scoring. Returns their query ids."""
+    from indexer.collections import read_qrels, read_topics
+    from ranker.index import Index
+    from ranker.train_ltr import DataSet
+    from weir.types import Query
+
+    ids: set[str] = set()
+    for j, text in enumerate(config.also or [], start=1):
+        ds = DataSet.parse(text)
+        if not ds.candidates:
+            raise InputError(f"--also {text!r}: the attention trainer needs candidates=RUN")
+        qrels = read_qrels(ds.qrels)
+        queries = [q for q in read_topics(ds.topics) if q.id in qrels]
+        run = Run.read_trec(ds.candidates).truncated(ds.depth)
+        docs = Index(ds.index).documents([h.doc_id for q in queries for h in run.get(q.id, [])])
+        for q in queries:
+            key = f"also{j}:{q.id}"
+            hits = [h.doc_id for h in run.get(q.id, [])[:ds.depth]]
+            cands[key] = [f"also{j}:{d}" for d in hits]
+            for d in hits:
+                texts[f"also{j}:{d}"] = docs[d].contents if d in docs else ""
+            by_id[key] = Query(key, q.text)
+            gains[key] = np.asarray([max(0, qrels[q.id].get(d, 0)) for d in hits], dtype=np.float32)
+            ids.add(key)
+        log(f"  also: {len(queries)} queries of {ds.topics} (candidates {ds.candidates}, top {ds.depth})")
+    return ids
 
 
 def save(out: Path, scorer: _Scorer, config, n_layers: int, card: dict) -> None:

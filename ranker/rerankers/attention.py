@@ -173,6 +173,8 @@ class AttentionModel:
         self.bias = float(self.settings.get("bias", 0.0))
         calib_w = self.settings.get("calibration_weights")  # own weights for the content-free pass (late)
         self.calibration_weights = None if calib_w is None else np.asarray(calib_w, dtype=np.float64)
+        if self.calibration_weights is not None and not self.calibration_weights.any():
+            self.calibrate = False  # training gave the content-free pass no weight: skip it
         self.calibrate = bool(self.settings.get("calibrate", True))
         self.idf = bool(self.settings.get("idf", False))
         self.max_length = int(self.settings.get("max_length", 192))
