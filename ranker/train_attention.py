@@ -1,5 +1,7 @@
 """`weir train attention` and `weir train crossencoder`: fine-tune the top layers of the backbone on (query, passage)
 pairs with a listwise loss (softmax cross-entropy of one relevant passage against sampled less relevant ones).
+This module holds the joint form; `--interaction late` (the default of `weir train attention`) is
+:mod:`ranker.train_late_attention`.
 
 - attention: the score is the learned combination of calibrated query->passage attention masses of the heads in the
   trained layers (:mod:`ranker.rerankers.attention`), optionally with an entropy penalty on the query tokens'
@@ -563,8 +565,10 @@ def train(config: AttnTrainConfig, log: Callable[[str], None] = print) -> dict:
 
 
 def add_parsers(tr) -> None:
-    for kind, what in (("attention", "attention reranker: fine-tune top layers on the calibrated query->passage "
-                        "attention score, then select heads QRHead-style"),
+    for kind, what in (("attention", "attention reranker: by default (--interaction late) train the relevance "
+                        "attention layer over the backbone's per-segment token states, the checkpoint chosen on "
+                        "held-out training queries; --interaction joint fine-tunes top layers on the calibrated "
+                        "query->passage attention score, then selects heads QRHead-style"),
                        ("crossencoder", "cross-encoder baseline: the same backbone with a linear head on [CLS]")):
         t = tr.add_parser(kind, help=what, description=what + ". Writes backbone/, the head file and card.json.")
         t.add_argument("--index", required=True, help="index directory (documents' text)")
@@ -576,9 +580,11 @@ def add_parsers(tr) -> None:
         t.add_argument("--train-depth", type=int, default=100)
         t.add_argument("--max-length", type=int, default=128, help="word pieces per pair (default 128)")
         t.add_argument("--train-layers", type=int, default=2, help="top layers fine-tuned (default 2)")
-        t.add_argument("--steps", type=int, default=120, help="training steps (one query group each)")
+        t.add_argument("--steps", type=int, default=None, help="training steps, one query each (default: 200 late, "
+                       "120 joint and crossencoder)")
         t.add_argument("--group", type=int, default=8, help="passages per group: 1 relevant + negatives")
-        t.add_argument("--lr", type=float, default=5e-5)
+        t.add_argument("--lr", type=float, default=None, help="learning rate of the trained layers (default: 3e-3 "
+                       "late, 5e-5 joint and crossencoder)")
         t.add_argument("--entropy", type=float, default=0.0, help="attention: entropy penalty weight (ReAttn)")
         t.add_argument("--select", type=int, default=8, help="attention: heads kept (QRHead-style selection); 0: "
                        "keep the trained combination of the trained layers' heads")
@@ -617,10 +623,13 @@ def add_parsers(tr) -> None:
 
 
 def _cmd(args) -> int:
+    late = getattr(args, "interaction", "joint") == "late"
     config = AttnTrainConfig(kind=args.kind, index=args.index, topics=args.topics, qrels=args.qrels,
                              candidates=args.candidates, out=args.out, base_model=args.base_model,
                              depth=args.train_depth, max_length=args.max_length, train_layers=args.train_layers,
-                             steps=args.steps, group=args.group, lr=args.lr, entropy=args.entropy, select=args.select,
+                             steps=args.steps if args.steps is not None else (200 if late else 120),
+                             group=args.group, lr=args.lr if args.lr is not None else (3e-3 if late else 5e-5),
+                             entropy=args.entropy, select=args.select,
                              idf=args.idf, calibrate=not args.no_calibration, folds=args.folds, cv_run=args.cv_run,
                              binary_min_rel=args.binary_min_rel, seed=args.seed, device=args.device,
                              cv_only=args.cv_only, select_queries=args.select_queries, cache=args.cache,
