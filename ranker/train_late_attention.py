@@ -46,12 +46,12 @@ class _States:
         self.doc = dict(zip(doc_ids, states))
         self.seconds = time.perf_counter() - start
         log(f"  token states of {len(q_texts)} queries and {len(doc_ids)} passages ({self.seconds:.0f}s)")
-        self._pad, self._pad_states = {}, pad_states
+        self._pad_states = pad_states
 
-    def passages(self, qid: str, doc_ids: list[str]):
-        if qid not in self._pad:
-            self._pad[qid] = self._pad_states([self.doc[d] for d in doc_ids], self.device)
-        return self._pad[qid]
+    def passages(self, doc_ids: list[str]):
+        """Padded states of the passages (built per call: caching them per query would hold
+        queries x depth x max_length x hidden floats, 16 GB for SciFact train)."""
+        return self._pad_states([self.doc[d] for d in doc_ids], self.device)
 
     def query_batch(self, text: str, n: int):
         qx, qv, qw = self._pad_states([self.query[text]], self.device)
@@ -70,17 +70,17 @@ class _Scorer:
         self.w = torch.nn.Parameter(torch.full((heads,), 1.0 / heads, device=device))
         self.v = torch.nn.Parameter(torch.zeros(heads, device=device))
 
-    def head_scores(self, states: _States, qid: str, text: str, doc_ids: list[str]):
+    def head_scores(self, states: _States, text: str, doc_ids: list[str]):
         from ranker.relevance_attention import mean_over_words
 
-        px, pv, pw = states.passages(qid, doc_ids)
+        px, pv, pw = states.passages(doc_ids)
         qx, qv, qw = states.query_batch(text, len(doc_ids))
         return mean_over_words(self.layer(qx, qv, qw, px, pv, pw), qw)  # (C, heads)
 
-    def scores(self, states: _States, qid: str, text: str, doc_ids: list[str], calibrate: bool):
-        s = self.head_scores(states, qid, text, doc_ids) @ self.w
+    def scores(self, states: _States, text: str, doc_ids: list[str], calibrate: bool):
+        s = self.head_scores(states, text, doc_ids) @ self.w
         if calibrate:
-            s = s - self.head_scores(states, qid, NA_QUERY, doc_ids) @ self.v
+            s = s - self.head_scores(states, NA_QUERY, doc_ids) @ self.v
         return s
 
     def snapshot(self) -> dict:
@@ -146,7 +146,7 @@ def train_late(config, log) -> dict:
         with torch.no_grad():
             for qid in sorted(keep):
                 q = by_id[qid]
-                out[qid] = scorer.scores(states, qid, q.text, cands[qid], calibrate).float().cpu().tolist()
+                out[qid] = scorer.scores(states, q.text, cands[qid], calibrate).float().cpu().tolist()
         qs = [by_id[q] for q in sorted(keep)]
         return apply_scores(qs, Run({q.id: run.get(q.id, []) for q in qs}), config.depth, out, "attention")
 
@@ -180,7 +180,7 @@ def train_late(config, log) -> dict:
         checkpoint(0)
         for step in range(1, config.steps + 1):
             qid = rng.choice(usable)
-            s = scorer.scores(states, qid, by_id[qid].text, cands[qid], calibrate).float()
+            s = scorer.scores(states, by_id[qid].text, cands[qid], calibrate).float()
             g = torch.tensor(2.0 ** gains[qid] - 1.0, device=device)
             loss = -(g / g.sum() * torch.log_softmax(s, 0)).sum()
             if teacher is not None:
