@@ -36,6 +36,18 @@ def test_search_returns_ranked_hits_with_text_and_timings(client):
     assert [t.stage for t in response.timings] == ["bm25"] and response.timings[0].milliseconds > 0
 
 
+def test_attention_reranking_over_grpc(client):
+    """bm25>>attention with the shipped model: depth (reranked) is separate from k (returned); the reranked hits are
+    BM25's top `depth`, each with both stage scores, ordered by the attention score; both stages are timed."""
+    bm25 = client.search("computer information retrieval", k=8)
+    response = client.search("computer information retrieval", k=3, pipeline="bm25>>attention", depth=8)
+    assert [h.rank for h in response.hits] == [1, 2, 3]
+    assert {h.doc_id for h in response.hits} <= {h.doc_id for h in bm25.hits}
+    scores = [h.stage_scores["attention"] for h in response.hits]
+    assert scores == sorted(scores, reverse=True) and all("bm25" in h.stage_scores for h in response.hits)
+    assert [t.stage for t in response.timings] == ["bm25", "attention"]
+
+
 def test_default_k_is_ten_and_info_describes_the_index(client):
     assert len(client.search("retrieval", k=None).hits) == 10
     info = client.info()
