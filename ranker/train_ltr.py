@@ -147,10 +147,39 @@ def attach_stage_scores(run: Run, spec: str | None) -> None:
                     h.stage_scores[name] = scores[h.doc_id]
 
 
+def base_scores(X: np.ndarray, groups: Sequence[int], col: int | None) -> np.ndarray | None:
+    """The init score of rows grouped by query (``groups``: sizes, in order): column ``col`` standardized within each
+    query (missing values at the query's mean). ``None`` without an ``init_from`` feature."""
+    if col is None:
+        return None
+    out = np.zeros(len(X), dtype=np.float64)
+    start = 0
+    for n in groups:
+        v = X[start:start + n, col].astype(np.float64)
+        ok = ~np.isnan(v)
+        if ok.any():
+            sd = v[ok].std()
+            out[start:start + n] = np.where(ok, (v - v[ok].mean()) / sd if sd > 0 else 0.0, 0.0)
+        start += n
+    return out
+
+
+def _groups_of(qids: Sequence[str]) -> list[int]:
+    sizes: list[int] = []
+    for i, q in enumerate(qids):
+        if i and q == qids[i - 1]:
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+    return sizes
+
+
 def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
         valid_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]], features: Sequence[str], *,
-        params: dict | None = None, rounds: int = 1000, early_stopping: int = 50, seed: int = 13, threads: int = 0):
-    """Train a lambdarank booster on the concatenated parts, early-stopped on the validation parts' nDCG@10."""
+        params: dict | None = None, rounds: int = 1000, early_stopping: int = 50, seed: int = 13, threads: int = 0,
+        init_col: int | None = None):
+    """Train a lambdarank booster on the concatenated parts, early-stopped on the validation parts' nDCG@10. With
+    ``init_col``, boosting starts from that feature standardized per query (:func:`base_scores`)."""
     import lightgbm as lgb
 
     def stack(parts):
@@ -166,12 +195,14 @@ def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
     params = {**DEFAULT_PARAMS, **(params or {}), "seed": seed, **({"num_threads": threads} if threads else {})}
     label_max = int(max(train[1].max(), 1))
     params.setdefault("label_gain", [float(2 ** i - 1) for i in range(max(label_max + 1, 32))])
-    dtrain = lgb.Dataset(train[0], train[1], group=train[2], feature_name=list(features), free_raw_data=False)
+    dtrain = lgb.Dataset(train[0], train[1], group=train[2], feature_name=list(features), free_raw_data=False,
+                         init_score=base_scores(train[0], train[2], init_col))
     valid = stack(valid_parts)
     callbacks = [lgb.log_evaluation(0)]
     sets, names = [], []
     if valid is not None:
-        sets, names = [lgb.Dataset(valid[0], valid[1], group=valid[2], reference=dtrain)], ["valid"]
+        sets, names = [lgb.Dataset(valid[0], valid[1], group=valid[2], reference=dtrain,
+                                   init_score=base_scores(valid[0], valid[2], init_col))], ["valid"]
         callbacks.append(lgb.early_stopping(early_stopping, verbose=False))
     booster = lgb.train(params, dtrain, num_boost_round=rounds, valid_sets=sets, valid_names=names,
                         callbacks=callbacks)
@@ -210,14 +241,18 @@ class TrainConfig:
     params: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
     rounds_by: str = "cv"  # cv: inner cross-validation over the training queries; holdout: early stopping
+    init_from: str | None = None  # boost from this feature (standardized per query) instead of from zero
     inner_folds: int = 4
     binary_min_rel: int = 1
     command: list[str] = field(default_factory=list)
 
 
-def _score(booster, ex: Examples, keep: set[str]) -> dict[str, list[float]]:
+def _score(booster, ex: Examples, keep: set[str], init_col: int | None = None) -> dict[str, list[float]]:
     rows = [i for i, q in enumerate(ex.qids) if q in keep]
     preds = booster.predict(ex.X[rows], num_iteration=booster.best_iteration or None) if rows else []
+    base = base_scores(ex.X[rows], _groups_of([ex.qids[i] for i in rows]), init_col) if rows else None
+    if base is not None:
+        preds = preds + base
     out: dict[str, list[float]] = {}
     for i, s in zip(rows, preds):
         out.setdefault(ex.qids[i], []).append(float(s))
@@ -241,8 +276,11 @@ def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig,
         groups = [g for p in train_parts for g in p[2]]
         params = {**DEFAULT_PARAMS, **config.params, "seed": config.seed}
         params.setdefault("label_gain", [float(2 ** i - 1) for i in range(max(int(y.max()) + 1, 32))])
-        dtrain = lgb.Dataset(X, y, group=groups, feature_name=list(features))
-        dvalid = lgb.Dataset(valid[0], valid[1], group=valid[2], reference=dtrain)
+        init_col = _init_col(config, features)
+        dtrain = lgb.Dataset(X, y, group=groups, feature_name=list(features),
+                             init_score=base_scores(X, groups, init_col))
+        dvalid = lgb.Dataset(valid[0], valid[1], group=valid[2], reference=dtrain,
+                             init_score=base_scores(valid[0], valid[2], init_col))
         record: dict = {}
         lgb.train(params, dtrain, num_boost_round=config.rounds, valid_sets=[dvalid], valid_names=["valid"],
                   callbacks=[lgb.record_evaluation(record)])
@@ -259,7 +297,8 @@ def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, feat
     if config.rounds_by == "cv":
         rounds, inner = rounds_by_cv(data, main_keep, config, features)
         parts = [data[0].select(main_keep)] + [ex.select(set(ex.qids)) for ex in data[1:]]
-        booster, info = fit(parts, [], features, params=config.params, rounds=rounds, seed=config.seed)
+        booster, info = fit(parts, [], features, params=config.params, rounds=rounds, seed=config.seed,
+                            init_col=_init_col(config, features))
         info.update({"best_iteration": rounds, "inner_cv_ndcg@10": round(inner, 4), "inner_folds": config.inner_folds})
         return booster, info
     train_parts, valid_parts = [], []
@@ -269,7 +308,15 @@ def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, feat
         train_parts.append(ex.select(tr))
         valid_parts.append(ex.select(va))
     return fit(train_parts, valid_parts, features, params=config.params, rounds=config.rounds,
-               early_stopping=config.early_stopping, seed=config.seed)
+               early_stopping=config.early_stopping, seed=config.seed, init_col=_init_col(config, features))
+
+
+def _init_col(config: TrainConfig, features: Sequence[str]) -> int | None:
+    if not config.init_from:
+        return None
+    if config.init_from not in features:
+        raise InputError(f"--init-from {config.init_from!r} is not a feature ({', '.join(features)})")
+    return list(features).index(config.init_from)
 
 
 def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
@@ -297,6 +344,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
                                     for ds, ex in zip(config.sets, data)],
                   "parameters": {**DEFAULT_PARAMS, **config.params, "rounds": config.rounds,
                                  "rounds_by": config.rounds_by, "inner_folds": config.inner_folds,
+                                 "init_from": config.init_from,
                                  "early_stopping": config.early_stopping, "val_fraction": config.val_fraction,
                                  "seed": config.seed},
                   "command": config.command, "versions": _versions(), "metrics": {}}
@@ -307,7 +355,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         fold_info = []
         for f, test in enumerate(folds_of(all_main, config.folds, config.seed)):
             booster, info = _fit_on(data, all_main - test, config, FEATURES)
-            scores.update(_score(booster, main, test))
+            scores.update(_score(booster, main, test, _init_col(config, FEATURES)))
             fold_info.append({"fold": f, "test_queries": len(test), **info})
             log(f"fold {f + 1}/{config.folds}: {info['train_queries']} training queries, {_rounds_note(info)}")
         cv_run = apply_scores(main.queries, main.run.truncated(main_ds.depth), main_ds.depth, scores, "ltr")
@@ -333,7 +381,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
                       "feature_ms_per_query": round(1000 * sum(ex.feature_seconds for ex in data)
                                                     / max(1, sum(len(ex.queries) for ex in data)), 2)}
     card["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    LTRModel(booster, FEATURES, card).save(config.out)  # keeps the trees up to the best iteration
+    LTRModel(booster, FEATURES, card, init_from=config.init_from).save(config.out)  # keeps the trees up to the best iteration
     log("feature importance (gain share): " + ", ".join(f"{n} {g:.3f}" for n, g in card["importance_gain"].items()))
     return card
 

@@ -196,3 +196,32 @@ def test_rounds_chosen_by_inner_cross_validation():
     assert rounds == int(np.argmax(mean)) + 1 and best == pytest.approx(mean.max())
     booster, info = _fit_on([ex], keep, config, FEATURES)
     assert booster.current_iteration() == rounds and info["best_iteration"] == rounds
+
+
+def test_boosting_from_a_feature_round_trips(tmp_path):
+    """--init-from: the trees start from a feature standardized per query; the saved model adds it back at predict
+    time, so scores survive save/load, and with no trees' say the ranking is the feature's."""
+    import lightgbm as lgb
+
+    from ranker.rerankers.ltr import LTRModel
+    from ranker.train_ltr import base_scores
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, len(FEATURES))).astype(np.float32)
+    col = FEATURES.index("attention")
+    y = (X[:, col] > 0.3).astype(int)
+    groups = [20, 20, 20]
+    base = base_scores(X, groups, col)
+    first = X[:20, col]
+    np.testing.assert_allclose(base[:20], (first - first.mean()) / first.std(), rtol=1e-5)
+    booster = lgb.train({"objective": "lambdarank", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5},
+                        lgb.Dataset(X, y, group=groups, init_score=base), num_boost_round=3)
+    model = LTRModel(booster, FEATURES, {"kind": "ltr"}, init_from="attention")
+    model.save(tmp_path / "m")
+    loaded = LTRModel.load(tmp_path / "m")
+    qids = ["a"] * 20 + ["b"] * 20 + ["c"] * 20
+    assert loaded.init_from == "attention"
+    np.testing.assert_allclose(loaded.predict(X, qids), booster.predict(X) + base, rtol=1e-6)
+    np.testing.assert_allclose(loaded.predict(X, qids), model.predict(X, qids))
+    with pytest.raises(ValueError, match="query ids"):
+        loaded.predict(X)

@@ -51,7 +51,7 @@ def cmd_train_ltr(args) -> int:
             params[key] = getattr(args, key)
     config = TrainConfig(sets=sets, out=args.out, folds=args.folds, cv_run=args.cv_run, val_fraction=args.val_fraction,
                          seed=args.seed, rounds=args.rounds or (300 if args.rounds_by == "cv" else 1000),
-                         rounds_by=args.rounds_by, inner_folds=args.inner_folds,
+                         rounds_by=args.rounds_by, inner_folds=args.inner_folds, init_from=args.init_from,
                          early_stopping=args.early_stopping, params=params,
                          options={"threads": args.threads}, binary_min_rel=args.binary_min_rel,
                          command=["weir"] + args.argv)
@@ -92,6 +92,8 @@ def add_train_parsers(tr) -> None:
                    help="choose the number of rounds by inner cross-validation (cv, default) or early stopping on "
                    "a held-out share of the training queries (holdout)")
     t.add_argument("--inner-folds", type=int, default=4, help="cv: inner folds (default 4)")
+    t.add_argument("--init-from", default=None, metavar="FEATURE", help="boost from this feature standardized per "
+                   "query (e.g. attention_norm: the trees learn corrections to an earlier stage) instead of from 0")
     t.add_argument("--val-fraction", type=float, default=0.2, help="holdout: training queries held out")
     t.add_argument("--rounds", type=int, default=None, help="boosting rounds at most (default 300 with cv, 1000 with "
                    "holdout)")

@@ -27,8 +27,9 @@ DEFAULT_MODEL = ROOT / "models" / "ltr"
 class LTRModel:
     """A trained LightGBM ranker and the names of the features it reads, in column order."""
 
-    def __init__(self, booster, features: Sequence[str], card: dict | None = None):
+    def __init__(self, booster, features: Sequence[str], card: dict | None = None, *, init_from: str | None = None):
         self.booster, self.features, self.card = booster, list(features), card or {}
+        self.init_from = init_from  # boosting started from this feature, standardized per query
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LTRModel:
@@ -39,18 +40,22 @@ class LTRModel:
             if not (path / name).is_file():
                 raise InputError(f"{path}: not an LTR model directory (no {name}); train one with `weir train ltr`")
         booster = lgb.Booster(model_file=str(path / MODEL_FILE))
-        features = json.loads((path / FEATURES_FILE).read_text())["features"]
+        meta = json.loads((path / FEATURES_FILE).read_text())
+        features = meta["features"]
         card = json.loads((path / CARD_FILE).read_text()) if (path / CARD_FILE).is_file() else {}
         if booster.num_feature() != len(features):
             raise InputError(f"{path}: the model reads {booster.num_feature()} features, features.json names "
                              f"{len(features)}")
-        return cls(booster, features, card)
+        if meta.get("init_from") and meta["init_from"] not in features:
+            raise InputError(f"{path}: init_from {meta['init_from']!r} is not one of its features")
+        return cls(booster, features, card, init_from=meta.get("init_from"))
 
     def save(self, path: str | os.PathLike) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.booster.save_model(str(path / MODEL_FILE), num_iteration=self.booster.best_iteration or None)
-        (path / FEATURES_FILE).write_text(json.dumps({"features": self.features}, indent=1) + "\n")
+        meta = {"features": self.features, **({"init_from": self.init_from} if self.init_from else {})}
+        (path / FEATURES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
         (path / CARD_FILE).write_text(json.dumps(self.card, indent=1) + "\n")
 
     def columns(self, available: Sequence[str]) -> list[int]:
@@ -61,10 +66,19 @@ class LTRModel:
             raise InputError(f"the LTR model reads features this version cannot compute: {', '.join(missing)}")
         return [where[n] for n in self.features]
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, X: np.ndarray, qids: Sequence[str] | None = None) -> np.ndarray:
+        """Scores of rows ``X`` (this model's columns); ``qids`` (rows grouped by query) is needed when boosting
+        started from a feature (``init_from``): that feature, standardized per query, is added."""
         if not len(X):
             return np.zeros(0)
-        return self.booster.predict(X, num_threads=1 if len(X) < 2000 else 0)
+        scores = self.booster.predict(X, num_threads=1 if len(X) < 2000 else 0)
+        if self.init_from:
+            from ranker.train_ltr import _groups_of, base_scores
+
+            if qids is None:
+                raise ValueError("this model boosts from a feature: predict needs the rows' query ids")
+            scores = scores + base_scores(X, _groups_of(list(qids)), self.features.index(self.init_from))
+        return scores
 
 
 class LTRReranker(Reranker):
@@ -93,7 +107,7 @@ class LTRReranker(Reranker):
         start = time.perf_counter()
         X, rows = self.extractor.extract(queries, run, depth)
         mid = time.perf_counter()
-        scores = self.model.predict(X[:, self.cols])
+        scores = self.model.predict(X[:, self.cols], [qid for qid, _ in rows])
         self.last_timings = {"features": mid - start, "predict": time.perf_counter() - mid}
         by_query: dict[str, list[float]] = {}
         for (qid, _), s in zip(rows, scores):
