@@ -407,13 +407,34 @@ def _per_head_selection(trainer: Trainable, cache: FrozenCache, queries, run, qr
     return [all_heads[k] for k in cols], (w.detach().numpy() * 10).astype(float).tolist(), per_head
 
 
-def train(config: AttnTrainConfig, log: Callable[[str], None] = print) -> dict:
+def training_inputs(config: AttnTrainConfig):
+    """What both trainers start from: torch seeded, the device (CPU threads set), the index, the qrels, the judged
+    training queries, the candidate run (top ``depth``) and the candidates' texts (empty for a missing document)."""
     import torch
 
     from indexer.collections import read_qrels, read_topics
     from ranker.encoder import configure_cpu_threads, select_device
-    from ranker.evaluate import evaluate
     from ranker.index import Index
+
+    torch.manual_seed(config.seed)
+    device = select_device(config.device)
+    if device == "cpu":
+        configure_cpu_threads()
+    index = Index(config.index)
+    qrels = read_qrels(config.qrels)
+    queries = [q for q in read_topics(config.topics) if q.id in qrels]
+    if not queries:
+        raise InputError(f"{config.topics}: no topic has qrels in {config.qrels}")
+    run = Run.read_trec(config.candidates).truncated(config.depth)
+    doc_ids = [h.doc_id for q in queries for h in run.get(q.id, [])]
+    docs = index.documents(doc_ids)
+    texts = {d: (docs[d].contents if d in docs else "") for d in doc_ids}
+    return device, index, qrels, queries, run, texts
+
+
+def train(config: AttnTrainConfig, log: Callable[[str], None] = print) -> dict:
+
+    from ranker.evaluate import evaluate
     from ranker.rerankers import apply_scores
     from ranker.train_ltr import folds_of
     from weir.checksums import sha256_file
@@ -428,19 +449,7 @@ def train(config: AttnTrainConfig, log: Callable[[str], None] = print) -> dict:
         from ranker.train_late_attention import train_late
 
         return train_late(config, log)
-    torch.manual_seed(config.seed)
-    device = select_device(config.device)
-    if device == "cpu":
-        configure_cpu_threads()
-    index = Index(config.index)
-    qrels = read_qrels(config.qrels)
-    queries = [q for q in read_topics(config.topics) if q.id in qrels]
-    run = Run.read_trec(config.candidates).truncated(config.depth)
-    docs = index.documents([h.doc_id for q in queries for h in run.get(q.id, [])])
-    texts = {d: doc.contents for d, doc in docs.items()}
-    for q in queries:
-        for h in run.get(q.id, []):
-            texts.setdefault(h.doc_id, "")
+    device, index, qrels, queries, run, texts = training_inputs(config)
     all_q = {q.id for q in queries}
     card: dict = {"kind": config.kind, "base_model": config.base_model,
                   "training_data": {"index": config.index, "topics": config.topics, "qrels": config.qrels,

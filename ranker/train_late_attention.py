@@ -100,28 +100,15 @@ def train_late(config, log) -> dict:
     """Train (and cross-validate) a late-interaction attention model; write its directory; return the card."""
     import torch
 
-    from indexer.collections import read_qrels, read_topics
-    from ranker.encoder import configure_cpu_threads, select_device
     from ranker.evaluate import evaluate
-    from ranker.index import Index
     from ranker.rerankers import apply_scores
     from ranker.rerankers.attention import load_backbone
+    from ranker.train_attention import training_inputs
     from ranker.train_ltr import folds_of
     from weir.checksums import sha256_file
 
-    torch.manual_seed(config.seed)
-    device = select_device(config.device)
-    if device == "cpu":
-        configure_cpu_threads()
-    index = Index(config.index)
-    qrels = read_qrels(config.qrels)
-    queries = [q for q in read_topics(config.topics) if q.id in qrels]
-    if not queries:
-        raise InputError(f"{config.topics}: no topic has qrels in {config.qrels}")
-    run = Run.read_trec(config.candidates).truncated(config.depth)
-    docs = index.documents([h.doc_id for q in queries for h in run.get(q.id, [])])
-    cands = {q.id: [h.doc_id for h in run.get(q.id, [])[:config.depth]] for q in queries}
-    texts = {d: (docs[d].contents if d in docs else "") for ds in cands.values() for d in ds}
+    device, index, qrels, queries, run, texts = training_inputs(config)
+    cands = {q.id: [h.doc_id for h in run.get(q.id, [])] for q in queries}
     by_id = {q.id: q for q in queries}
     gains = {q.id: np.asarray([max(0, qrels[q.id].get(d, 0)) for d in cands[q.id]], dtype=np.float32)
              for q in queries}

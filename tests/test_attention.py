@@ -57,16 +57,22 @@ def test_attention_score_equals_hand_computation(model_dir):
     np.testing.assert_allclose(both[0], masses[0], rtol=1e-4, atol=1e-6)
 
 
-def test_attention_reranker_keeps_candidates(model_dir, tmp_path):
+def _tiny_index(tmp_path):
+    """A four-document BM25 index at tmp_path/idx."""
     from indexer.build import build_index
+
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "corpus.jsonl").write_text("".join(
+        json.dumps({"id": f"d{i}", "title": "", "text": text}) + "\n"
+        for i, text in enumerate(["coffee and health", "tea leaves", "coffee beans roast", "rain in spain"])))
+    build_index(tmp_path / "c", tmp_path / "idx", components=("bm25",))
+
+
+def test_attention_reranker_keeps_candidates(model_dir, tmp_path):
     from ranker.index import Index
     from ranker.rerankers.attention import AttentionReranker
 
-    (tmp_path / "c").mkdir()
-    with open(tmp_path / "c" / "corpus.jsonl", "w") as f:
-        for i, text in enumerate(["coffee and health", "tea leaves", "coffee beans roast", "rain in spain"]):
-            f.write(json.dumps({"id": f"d{i}", "title": "", "text": text}) + "\n")
-    build_index(tmp_path / "c", tmp_path / "idx", components=("bm25",))
+    _tiny_index(tmp_path)
     reranker = AttentionReranker(Index(tmp_path / "idx"), model_dir, depth=3, device="cpu", batch_size=2)
     run = Run({"q1": [Hit(f"d{i}", 4.0 - i, i + 1) for i in range(4)], "q2": [Hit("d3", 1.0, 1)]})
     out = reranker([Query("q1", "coffee"), Query("q2", "spain")], run, k=10)
@@ -204,15 +210,10 @@ def test_segments_in_one_input_equal_separate_encodings(late_dir):
 
 
 def test_late_reranker_keeps_candidates(late_dir, tmp_path):
-    from indexer.build import build_index
     from ranker.index import Index
     from ranker.rerankers.attention import AttentionReranker
 
-    (tmp_path / "c").mkdir()
-    with open(tmp_path / "c" / "corpus.jsonl", "w") as f:
-        for i, text in enumerate(["coffee and health", "tea leaves", "coffee beans roast", "rain in spain"]):
-            f.write(json.dumps({"id": f"d{i}", "title": "", "text": text}) + "\n")
-    build_index(tmp_path / "c", tmp_path / "idx", components=("bm25",))
+    _tiny_index(tmp_path)
     reranker = AttentionReranker(Index(tmp_path / "idx"), late_dir, depth=3, device="cpu", batch_size=2)
     run = Run({"q1": [Hit(f"d{i}", 4.0 - i, i + 1) for i in range(4)], "q2": [Hit("d3", 1.0, 1), Hit("d0", 0.5, 2)]})
     out = reranker([Query("q1", "coffee"), Query("q2", "spain")], run, k=10)
