@@ -56,10 +56,10 @@ class RelevanceAttention(torch.nn.Module):
         B, L, _ = x.shape
         return x.view(B, L, self.heads, self.head_dim).transpose(1, 2)  # (B, heads, L, head_dim)
 
-    def forward(self, q_states, q_valid, q_words, p_states, p_valid, p_words):
+    def forward(self, q_states, q_valid, p_states, p_valid, p_words):
         """Log attention mass on passage word pieces, (B, heads, Lq), for every query position (callers average
         over ``q_words``). ``*_states``: (B, L, H) token states; ``*_valid``: 1 for real tokens (incl. [CLS]/[SEP]);
-        ``p_words``: 1 for the passage's word pieces. ``q_words`` is accepted for symmetry and not used here."""
+        ``p_words``: 1 for the passage's word pieces."""
         neg = torch.finfo(q_states.dtype).min
         Q = self._split(self.query(q_states))
         Kq = self._split(self.key(q_states))

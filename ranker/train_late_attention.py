@@ -75,7 +75,7 @@ class _Scorer:
 
         px, pv, pw = states.passages(doc_ids)
         qx, qv, qw = states.query_batch(text, len(doc_ids))
-        return mean_over_words(self.layer(qx, qv, qw, px, pv, pw), qw)  # (C, heads)
+        return mean_over_words(self.layer(qx, qv, px, pv, pw), qw)  # (C, heads)
 
     def scores(self, states: _States, text: str, doc_ids: list[str], calibrate: bool):
         s = self.head_scores(states, text, doc_ids) @ self.w

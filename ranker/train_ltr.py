@@ -164,7 +164,8 @@ def base_scores(X: np.ndarray, groups: Sequence[int], col: int | None) -> np.nda
     return out
 
 
-def _groups_of(qids: Sequence[str]) -> list[int]:
+def query_groups(qids: Sequence[str]) -> list[int]:
+    """Group sizes of rows whose query ids come grouped (each query's rows contiguous), in order."""
     sizes: list[int] = []
     for i, q in enumerate(qids):
         if i and q == qids[i - 1]:
@@ -176,10 +177,11 @@ def _groups_of(qids: Sequence[str]) -> list[int]:
 
 def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
         valid_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]], features: Sequence[str], *,
-        params: dict | None = None, rounds: int = 1000, early_stopping: int = 50, seed: int = 13, threads: int = 0,
-        init_col: int | None = None):
-    """Train a lambdarank booster on the concatenated parts, early-stopped on the validation parts' nDCG@10. With
-    ``init_col``, boosting starts from that feature standardized per query (:func:`base_scores`)."""
+        params: dict | None = None, rounds: int = 1000, early_stopping: int | None = 50, seed: int = 13,
+        threads: int = 0, init_col: int | None = None):
+    """Train a lambdarank booster on the concatenated parts, early-stopped on the validation parts' nDCG@10 (with
+    ``early_stopping=None``: all ``rounds``, the validation curve returned as ``valid_curve``). With ``init_col``,
+    boosting starts from that feature standardized per query (:func:`base_scores`)."""
     import lightgbm as lgb
 
     def stack(parts):
@@ -203,13 +205,19 @@ def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
     if valid is not None:
         sets, names = [lgb.Dataset(valid[0], valid[1], group=valid[2], reference=dtrain,
                                    init_score=base_scores(valid[0], valid[2], init_col))], ["valid"]
-        callbacks.append(lgb.early_stopping(early_stopping, verbose=False))
+        if early_stopping is not None:
+            callbacks.append(lgb.early_stopping(early_stopping, verbose=False))
+    record: dict = {}
+    callbacks.append(lgb.record_evaluation(record))
     booster = lgb.train(params, dtrain, num_boost_round=rounds, valid_sets=sets, valid_names=names,
                         callbacks=callbacks)
     best = booster.best_iteration or booster.current_iteration()
     score = booster.best_score.get("valid", {}).get("ndcg@10") if valid is not None else None
-    return booster, {"best_iteration": int(best), "valid_ndcg@10": score,
-                     "train_queries": len(train[2]), "valid_queries": len(valid[2]) if valid else 0}
+    info = {"best_iteration": int(best), "valid_ndcg@10": score,
+            "train_queries": len(train[2]), "valid_queries": len(valid[2]) if valid else 0}
+    if early_stopping is None and valid is not None:
+        info["valid_curve"] = record["valid"]["ndcg@10"]
+    return booster, info
 
 
 def split(qids: Sequence[str], fraction: float, seed: int) -> tuple[set[str], set[str]]:
@@ -250,7 +258,7 @@ class TrainConfig:
 def _score(booster, ex: Examples, keep: set[str], init_col: int | None = None) -> dict[str, list[float]]:
     rows = [i for i, q in enumerate(ex.qids) if q in keep]
     preds = booster.predict(ex.X[rows], num_iteration=booster.best_iteration or None) if rows else []
-    base = base_scores(ex.X[rows], _groups_of([ex.qids[i] for i in rows]), init_col) if rows else None
+    base = base_scores(ex.X[rows], query_groups([ex.qids[i] for i in rows]), init_col) if rows else None
     if base is not None:
         preds = preds + base
     out: dict[str, list[float]] = {}
@@ -262,29 +270,16 @@ def _score(booster, ex: Examples, keep: set[str], init_col: int | None = None) -
 def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig, features) -> tuple[int, float]:
     """The number of boosting rounds with the best nDCG@10 averaged over ``config.inner_folds`` folds of the first
     set's ``main_keep`` queries (each fold's model trained on the rest, plus all of the other sets)."""
-    import lightgbm as lgb
-
     curves = []
     others = [ex.select(set(ex.qids)) for ex in data[1:]]
+    init_col = _init_col(config, features)
     for inner in folds_of(sorted(main_keep), config.inner_folds, config.seed + 1):
-        train_parts = [data[0].select(main_keep - inner)] + others
         valid = data[0].select(inner)
         if not valid[2]:
             continue
-        X = np.concatenate([p[0] for p in train_parts])
-        y = np.concatenate([p[1] for p in train_parts])
-        groups = [g for p in train_parts for g in p[2]]
-        params = {**DEFAULT_PARAMS, **config.params, "seed": config.seed}
-        params.setdefault("label_gain", [float(2 ** i - 1) for i in range(max(int(y.max()) + 1, 32))])
-        init_col = _init_col(config, features)
-        dtrain = lgb.Dataset(X, y, group=groups, feature_name=list(features),
-                             init_score=base_scores(X, groups, init_col))
-        dvalid = lgb.Dataset(valid[0], valid[1], group=valid[2], reference=dtrain,
-                             init_score=base_scores(valid[0], valid[2], init_col))
-        record: dict = {}
-        lgb.train(params, dtrain, num_boost_round=config.rounds, valid_sets=[dvalid], valid_names=["valid"],
-                  callbacks=[lgb.record_evaluation(record)])
-        curves.append(record["valid"]["ndcg@10"])
+        _, info = fit([data[0].select(main_keep - inner), *others], [valid], features, params=config.params,
+                      rounds=config.rounds, early_stopping=None, seed=config.seed, init_col=init_col)
+        curves.append(info["valid_curve"])
     if not curves:
         raise InputError("no inner fold has a query with a relevant candidate")
     mean = np.mean(curves, axis=0)

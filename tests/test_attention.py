@@ -175,10 +175,10 @@ def test_similarity_initialization_is_soft_maxsim():
     q = torch.nn.functional.normalize(torch.randn(5, 384), dim=-1)
     p = torch.nn.functional.normalize(torch.randn(9, 384), dim=-1)
     layer = RelevanceAttention(384, heads=1, temperature=0.05)
-    qx, qv, qw = pad_states([q])
+    qx, qv, _ = pad_states([q])
     px, pv, pw = pad_states([p])
     with torch.no_grad():
-        got = layer(qx, qv, qw, px, pv, pw)[0, 0]
+        got = layer(qx, qv, px, pv, pw)[0, 0]
     sim = q @ torch.cat([q, p]).T / 0.05
     want = torch.logsumexp(sim[:, 5 + 1:5 + 8], -1) - torch.logsumexp(sim, -1)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

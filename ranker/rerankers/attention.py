@@ -173,9 +173,9 @@ class AttentionModel:
         self.bias = float(self.settings.get("bias", 0.0))
         calib_w = self.settings.get("calibration_weights")  # own weights for the content-free pass (late)
         self.calibration_weights = None if calib_w is None else np.asarray(calib_w, dtype=np.float64)
+        self.calibrate = bool(self.settings.get("calibrate", True))
         if self.calibration_weights is not None and not self.calibration_weights.any():
             self.calibrate = False  # training gave the content-free pass no weight: skip it
-        self.calibrate = bool(self.settings.get("calibrate", True))
         self.idf = bool(self.settings.get("idf", False))
         self.max_length = int(self.settings.get("max_length", 192))
         self.late = self.settings.get("interaction", "joint") == "late"
@@ -250,7 +250,7 @@ class AttentionModel:
                 idx = order[start:start + batch_size]
                 qx, qv, qw = pad_states([q_states[queries[i]] for i in idx], self.device)
                 px, pv, pw = pad_states([p_states[i] for i in idx], self.device)
-                log_mass = self.relevance(qx, qv, qw, px, pv, pw)[:, head_index].float().cpu().numpy()
+                log_mass = self.relevance(qx, qv, px, pv, pw)[:, head_index].float().cpu().numpy()
                 qm = qw.cpu().numpy().astype(bool)
                 for j, i in enumerate(idx):
                     out[i] = log_mass[j][:, qm[j]]
@@ -315,7 +315,7 @@ def combine(model, pairs, masses, calib) -> dict[str, list[float]]:
         m = [masses[i] for i in rows]  # each (K, Lq); the same Lq within a query
         if model.idf and m and m[0].shape[-1]:
             stack = np.stack(m)  # (C, K, Lq)
-            per_pos = (np.exp(stack) if getattr(model, "late", False) else stack).mean(1)  # masses, not log masses
+            per_pos = (np.exp(stack) if model.late else stack).mean(1)  # masses, not log masses
             mean, top = per_pos.mean(0), per_pos.max(0)
             w = np.where(top > 0, -np.log(np.clip(mean / np.clip(top, 1e-9, None), 1e-9, None)), 0.0)
             w = w / w.sum() if w.sum() > 0 else np.full_like(w, 1 / len(w))

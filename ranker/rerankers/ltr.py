@@ -73,11 +73,11 @@ class LTRModel:
             return np.zeros(0)
         scores = self.booster.predict(X, num_threads=1 if len(X) < 2000 else 0)
         if self.init_from:
-            from ranker.train_ltr import _groups_of, base_scores
+            from ranker.train_ltr import base_scores, query_groups
 
             if qids is None:
                 raise ValueError("this model boosts from a feature: predict needs the rows' query ids")
-            scores = scores + base_scores(X, _groups_of(list(qids)), self.features.index(self.init_from))
+            scores = scores + base_scores(X, query_groups(list(qids)), self.features.index(self.init_from))
         return scores
 
 
