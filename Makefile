@@ -25,7 +25,9 @@ stubs: $(STUBS)
 $(STUBS) &: proto/weir/v1/search.proto $(STAMP)
 	$(PY) -m service.stubs
 
+# the architecture contract (import-linter, configured in pyproject.toml) first: it takes seconds
 test: install
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 demo: install

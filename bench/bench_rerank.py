@@ -34,16 +34,19 @@ def main() -> None:
 
     import torch
 
-    from indexer.collections import read_topics
-    from ranker import pipelines
-    from ranker.index import Index
-    from ranker.relevance_attention import mean_over_words, pad_states
-    from ranker.rerankers.attention import AttentionReranker, default_model
+    from indexer.index_dir import Index
+    from ranker import registry
+    from ranker.options import PipelineOptions
+    from ranker.rerankers.attention import AttentionReranker
+    from ranker.rerankers.backbone import mean_over_query
+    from ranker.rerankers.relevance_attention import pad_states
+    from weir.runtime import shipped_model
+    from weir.trec import read_topics
 
     index = Index(args.index)
     topics = read_topics(args.topics)[: args.queries]
-    model = args.attention_model or str(default_model("attention"))
-    bm25 = pipelines.build("bm25", index, {})
+    model = args.attention_model or str(shipped_model("attention"))
+    bm25 = registry.build("bm25", index)
     run = bm25(topics, k=100)
     att = AttentionReranker(index, model, depth=100, device="cpu", batch_size=32)
     pairs = [(q.text, h.doc_id) for q in topics for h in run[q.id]]
@@ -76,7 +79,7 @@ def main() -> None:
                 states = [hp[j, :int(penc["attention_mask"][j].sum())] for j in range(len(ps))]
                 qx, qv, qw = pad_states([qs] * len(ps))
                 px, pv, pw = pad_states(states)
-                mean_over_words(rel(qx, qv, px, pv, pw), qw)
+                mean_over_query(rel(qx, qv, px, pv, pw), qw)
         return time.perf_counter() - start
 
     def plain_once() -> float:
@@ -105,7 +108,8 @@ def main() -> None:
     for spec in ("hybrid>>ltr", "bm25>>attention") if args.depths else ():
         if "hybrid" in spec and "dense" not in index.components:
             continue
-        pipe = pipelines.build(spec, index, {"ltr_model": args.ltr_model, "attention_model": model})
+        pipe = registry.build(spec, index, PipelineOptions.from_mapping({"ltr_model": args.ltr_model,
+                                                                         "attention_model": model}))
         pipe(topics[:1], k=10, depth=20)  # warm up
         for depth in (int(d) for d in args.depths.split(",")):
             times = []

@@ -22,19 +22,21 @@ def main() -> None:
     p.add_argument("--device", default=None)
     args = p.parse_args()
 
-    from indexer.collections import Collection, read_topics
+    from indexer.collections import Collection
+    from indexer.index_dir import Index
     from indexer.weighting.build import DEFAULT_MODELS
     from indexer.weighting.model import TermWeighter, weigh_many
-    from ranker import pipelines
-    from ranker.index import Index
+    from ranker import registry
+    from weir.runtime import shipped_model
+    from weir.trec import read_topics
 
     docs = [d for _, d in zip(range(args.passages), Collection.open(args.collection).corpus())]
-    di = TermWeighter(DEFAULT_MODELS["deepimpact"], device=args.device)
-    ct = TermWeighter(DEFAULT_MODELS["deepct"], backbone=di.backbone)
+    di = TermWeighter(shipped_model(DEFAULT_MODELS["deepimpact"]), device=args.device)
+    ct = TermWeighter(shipped_model(DEFAULT_MODELS["deepct"]), backbone=di.backbone)
     texts = [d.contents for d in docs]
-    from indexer.weighting.model import CorpusStats
+    from indexer.weighting.model import TermStatistics
 
-    stats = CorpusStats(texts)
+    stats = TermStatistics(texts)
     weigh_many([ct], texts[:8])  # warm-up
     start = time.perf_counter()
     vecs = di.backbone.term_vectors(texts, di.batch_size)
@@ -49,7 +51,7 @@ def main() -> None:
     index = Index(args.index)
     topics = read_topics(args.topics)
     for name in ("bm25", "deepct", "deepimpact", "deepimpact+bm25"):
-        pipe = pipelines.build(name, index)
+        pipe = registry.build(name, index)
         pipe(topics[:20], k=1000)  # warm-up
         single = []
         for q in topics:

@@ -16,9 +16,9 @@ from pathlib import Path
 from _common import COLLECTIONS, summary
 
 from indexer.build import build_index
-from indexer.collections import read_topics
-from ranker.bm25 import BM25
-from ranker.index import Index
+from indexer.index_dir import Index
+from ranker.retrievers.bm25 import BM25
+from weir.trec import read_topics
 
 
 def main() -> None:

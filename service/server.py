@@ -16,8 +16,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ranker import pipelines
-from ranker.index import Index
+from indexer.index_dir import Index
+from ranker import registry
+from ranker.options import PipelineOptions
 from service.stubs import search_pb2, search_pb2_grpc
 from weir.types import InputError, Query
 
@@ -29,10 +30,10 @@ MAX_QUERY_CHARS = 4096
 
 
 class SearchService(search_pb2_grpc.SearchServiceServicer):
-    def __init__(self, index: Index, options: dict | None = None, *, default_pipeline: str = "bm25",
+    def __init__(self, index: Index, options: PipelineOptions | None = None, *, default_pipeline: str = "bm25",
                  max_k: int = MAX_K):
         self.index = index
-        self.cache = pipelines.PipelineCache(index, options)
+        self.cache = registry.PipelineCache(index, options)
         self.default_pipeline = default_pipeline
         self.max_k = max_k
         self.cache.get(default_pipeline)([Query("warm-up", "warm up")], k=1)  # JVM, searchers, models: loaded now
@@ -50,7 +51,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"depth must be between 0 and {10 * self.max_k}")
         spec = request.pipeline.strip() or self.default_pipeline
         try:
-            pipelines.parse(spec)
+            registry.parse(spec)
         except InputError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         return text, k, spec
@@ -79,13 +80,13 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
     def Info(self, request, context):
         m = self.index.manifest
         return search_pb2.InfoResponse(
-            first_stages=sorted(pipelines.FIRST_STAGES), rerankers=sorted(pipelines.RERANKERS),
+            first_stages=sorted(registry.FIRST_STAGES), rerankers=sorted(registry.RERANKERS),
             index_path=str(self.index.path), collection=m["collection"]["name"], documents=m["counts"]["documents"],
             components=list(m["components"]))
 
 
 def start(index_path: str, *, host: str = "127.0.0.1", port: int = 50051, workers: int = 8,
-          options: dict | None = None, verify_checksums: bool = True) -> tuple[grpc.Server, int, health.HealthServicer]:
+          options: PipelineOptions | None = None, verify_checksums: bool = True) -> tuple[grpc.Server, int, health.HealthServicer]:
     """Open the index, start serving; return (server, bound port, health servicer). Raises InputError on a bad index."""
     index = Index(index_path, verify_checksums=verify_checksums)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="weir-rpc"))
@@ -105,7 +106,7 @@ def start(index_path: str, *, host: str = "127.0.0.1", port: int = 50051, worker
 
 
 def serve(index_path: str, *, host: str = "127.0.0.1", port: int = 50051, workers: int = 8,
-          options: dict | None = None, verify_checksums: bool = True) -> None:
+          options: PipelineOptions | None = None, verify_checksums: bool = True) -> None:
     """Serve until SIGINT or SIGTERM, then report NOT_SERVING and drain in-flight calls (5 s grace)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # its INFO lines list the CPU builds it did not load

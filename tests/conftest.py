@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -38,3 +39,43 @@ def index_factory(tmp_path_factory):
         return built[key]
 
     return make
+
+
+WEIGHTING_DOCS = [  # the tiny corpus of the learned term weighting tests
+    {"id": "d1", "title": "Protein folding", "text": "Proteins fold; misfolded proteins aggregate in neurons."},
+    {"id": "d2", "title": "Running mice", "text": "Mice running on wheels ran faster than sedentary mice."},
+    {"id": "d3", "title": "", "text": "p53-dependent apoptosis after DNA damage in the U.S. cohort (3.5 mg/kg)."},
+    {"id": "d4", "title": "Vitamin D", "text": "Vitamin D deficiency and bone density in elderly women."},
+]
+
+
+WEIGHTING_QUERIES = [("q1", "misfolded protein aggregates"), ("q2", "do mice run faster?"), ("q3", "vitamin D bone")]
+
+
+@pytest.fixture(scope="session")
+def learned_tiny(tmp_path_factory):
+    """A corpus, two untrained heads saved as artifacts (fixed seed), and an index with both learned components."""
+    import torch
+
+    from indexer.build import build_index
+    from indexer.weighting.model import Backbone, make_head, save
+
+    root = tmp_path_factory.mktemp("weighting")
+    coll = root / "coll"
+    coll.mkdir()
+    (coll / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in WEIGHTING_DOCS), encoding="utf-8")
+    (coll / "queries.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in WEIGHTING_QUERIES), encoding="utf-8")
+    (coll / "qrels.txt").write_text("q1 0 d1 1\nq2 0 d2 1\nq3 0 d4 1\n", encoding="utf-8")
+    backbone = Backbone(max_length=16)  # small windows: long passages are cut at word boundaries
+    models = {}
+    for kind in ("deepct", "deepimpact"):
+        torch.manual_seed(0)
+        head = make_head(kind, backbone.dim)
+        if kind == "deepct":
+            torch.nn.init.normal_(head.weight, std=0.05)
+            torch.nn.init.constant_(head.bias, 0.3)
+        models[kind] = save(root / kind, head, {"kind": kind, "base_model": "all-MiniLM-L6-v2", "max_length": 16})
+    index = root / "index"
+    build_index(coll, index, components=("bm25", "deepct", "deepimpact"),
+                learned={"deepct_model": str(models["deepct"]), "deepimpact_model": str(models["deepimpact"])})
+    return coll, models, index

@@ -64,3 +64,19 @@ def ensure() -> None:
         import pyserini.pyclass  # noqa: F401
 
         _ready = True
+
+
+def autoclass(name: str):
+    """The Java class ``name`` through pyjnius, the JVM started first (:func:`ensure`)."""
+    ensure()
+    from jnius import autoclass as _autoclass
+
+    return _autoclass(name)
+
+
+def cast(name: str, obj):
+    """``obj`` seen as the Java type ``name`` (pyjnius ``cast``), the JVM started first."""
+    ensure()
+    from jnius import cast as _cast
+
+    return _cast(name, obj)

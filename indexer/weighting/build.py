@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from weir.types import Document, batched
+from indexer.lucene import index_pretokenized
+from weir.runtime import shipped_model
+from weir.types import Document
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODELS = {"deepct": ROOT / "models" / "deepct-scifact", "deepimpact": ROOT / "models" / "deepimpact-scifact"}
+DEFAULT_MODELS = {"deepct": "deepct-scifact", "deepimpact": "deepimpact-scifact"}  # under models/
 TF_SCALE = 100
 QUANT_BITS = 8
 BATCH = 256
@@ -52,14 +53,14 @@ def pseudo_document(terms: list[str], counts: np.ndarray) -> str:
 
 def _model_path(kind: str, options: dict) -> Path:
     given = (options.get("learned") or {}).get(f"{kind}_model")
-    return Path(given) if given else DEFAULT_MODELS[kind]
+    return Path(given) if given else shipped_model(DEFAULT_MODELS[kind])
 
 
 def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[list[str], list, dict]:
     """(docids, per-document (terms, weights), model description) for ``kind``; computed once per build for every
     learned component requested whose head shares the backbone."""
-    from indexer.weighting.cache import cache_key, cache_root, TermVectors
-    from indexer.weighting.model import CorpusStats, TermWeighter
+    from indexer.weighting.cache import TermVectors, cache_key, cache_root
+    from indexer.weighting.model import TermStatistics, TermWeighter
 
     memo = options.setdefault("_learned_memo", {})
     if kind in memo:
@@ -83,7 +84,7 @@ def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[l
     docs = list(documents)
     results: dict[str, list] = {k: [] for k in models}
     # collection statistics, only for heads trained with lexical features (idf, tf, length)
-    stats = CorpusStats(d.contents for d in docs) if any(m.features for m in models.values()) else None
+    stats = TermStatistics(d.contents for d in docs) if any(m.features for m in models.values()) else None
 
     def apply(i: int, terms: list[str], vecs: np.ndarray) -> None:
         for k, m in models.items():
@@ -110,23 +111,6 @@ def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[l
     return memo[kind]
 
 
-def _lucene(out: Path, contents: Iterable[tuple[str, str]], args: list[str], threads: int | None) -> tuple[int, int]:
-    from indexer.lucene import LuceneIndexer
-    from ranker.lucene_search import write_docid_table
-
-    indexer = LuceneIndexer(args=["-index", str(out), *args], threads=threads or 1)
-    empty = 0
-    try:
-        for batch in batched(contents, 2000):
-            kept = [json.dumps({"id": d, "contents": c}, ensure_ascii=False) for d, c in batch if c]
-            empty += len(batch) - len(kept)
-            if kept:
-                indexer.add_batch_raw(kept)
-    finally:
-        indexer.close()
-    return write_docid_table(out), empty
-
-
 def build_deepct(documents: Iterable[Document], out: Path, options: dict) -> dict:
     docids, weights, model = _weights("deepct", documents, options)
     postings = 0
@@ -138,7 +122,7 @@ def build_deepct(documents: Iterable[Document], out: Path, options: dict) -> dic
             postings += int((tf >= 1).sum())
             yield d, pseudo_document(terms, tf)
 
-    indexed, empty = _lucene(out, contents(), ["-pretokenized"], options.get("threads"))
+    indexed, empty = index_pretokenized(out, contents(), [], options.get("threads"))
     return {"type": "lucene-deepct", "documents": indexed, "documents_without_terms": empty, "postings": postings,
             "model": model, "parameters": {"tf": f"round(w * {TF_SCALE}), tf < 1 dropped", "tf_scale": TF_SCALE,
                                            "analyzer": "whitespace (-pretokenized); terms from indexer.weighting.terms",
@@ -158,7 +142,7 @@ def build_deepimpact(documents: Iterable[Document], out: Path, options: dict) ->
             postings += int((q >= 1).sum())
             yield d, pseudo_document(terms, q)
 
-    indexed, empty = _lucene(out, contents(), ["-impact", "-pretokenized"], options.get("threads"))
+    indexed, empty = index_pretokenized(out, contents(), ["-impact"], options.get("threads"))
     return {"type": "lucene-impact", "documents": indexed, "documents_without_terms": empty, "postings": postings,
             "model": model, "parameters": {
                 "quantization": {"bits": QUANT_BITS, "max_impact": max_impact, "scale": scale,

@@ -24,19 +24,18 @@ from pathlib import Path
 import numpy as np
 
 from indexer.weighting.terms import word_terms
-from weir.checksums import sha256_file
+from weir.provenance import sha256_file, write_card
+from weir.runtime import DEFAULT_MODEL, load_pretrained, model_fingerprint, prepare_device, resolve_model
 from weir.types import InputError
 
 KINDS = ("deepct", "deepimpact")
 CARD = "card.json"
 HEAD = "head.pt"
 MAX_LENGTH = 256
-
-
 FEATURES = ("idf", "tf", "length")
 
 
-class CorpusStats:
+class TermStatistics:
     """Term counts of every document and document frequencies of a corpus, for the optional lexical features."""
 
     def __init__(self, texts: Iterable[str]):
@@ -91,20 +90,11 @@ class Backbone:
     def __init__(self, model: str | None = None, *, device: str | None = None, max_length: int = MAX_LENGTH,
                  fp16: bool | None = None, threads: int | None = None):
         import torch
-        from transformers import AutoModel, AutoTokenizer
 
-        from ranker.encoder import configure_cpu_threads, resolve_model, select_device
-
-        self.name = model or "all-MiniLM-L6-v2"
+        self.name = model or DEFAULT_MODEL
         self.path = resolve_model(model)
-        self.device = select_device(device)
-        if self.device == "cpu":
-            configure_cpu_threads(threads)
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-            self.model = AutoModel.from_pretrained(self.path)
-        except (OSError, ValueError) as e:
-            raise InputError(f"cannot load encoder {self.name!r} ({self.path}): {e}") from None
+        self.device = prepare_device(device, threads)
+        self.tokenizer, self.model = load_pretrained(model)
         # passages are tokenized whole and cut into windows here: the tokenizer's length warning does not apply
         self.tokenizer.model_max_length = 1 << 30
         if not self.tokenizer.is_fast:
@@ -125,8 +115,6 @@ class Backbone:
         self._torch = torch
 
     def describe(self) -> dict:
-        from ranker.encoder import model_fingerprint
-
         return {"base_model": self.name, "base_model_path": self.path, "base_model_sha256": model_fingerprint(self.path),
                 "max_length": self.max_length}
 
@@ -238,11 +226,11 @@ class TermWeighter:
         with torch.inference_mode():
             return self.head(torch.from_numpy(x)).squeeze(-1).numpy()
 
-    def weights(self, texts: Sequence[str], stats: CorpusStats | None = None) -> list[tuple[list[str], np.ndarray]]:
+    def weights(self, texts: Sequence[str], stats: TermStatistics | None = None) -> list[tuple[list[str], np.ndarray]]:
         """Per text: (unique terms, weights). A head with features takes ``stats`` of the collection (default: the
         statistics of ``texts`` themselves)."""
         if self.features and stats is None:
-            stats = CorpusStats(texts)
+            stats = TermStatistics(texts)
         out = []
         for i, (terms, vecs) in enumerate(self.backbone.term_vectors(texts, self.batch_size)):
             feats = stats.features(self.features, i, terms) if self.features else None
@@ -256,8 +244,7 @@ def save(path: str | os.PathLike, head, card: dict) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     torch.save({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, path / HEAD)
-    card = {**card, "head_sha256": sha256_file(path / HEAD)}
-    (path / CARD).write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_card(path, {**card, "head_sha256": sha256_file(path / HEAD)}, CARD)
     return path
 
 

@@ -9,7 +9,7 @@ and is cached per document. The relevance score is a learned linear combination 
 (``weights``, ``bias``). Options (ReAttn): ``idf`` re-weights query word pieces by how unevenly their attention is
 spread over the query's candidates (a word piece that attends alike to every candidate carries no signal): weight
 ``-log(mean_c m_c / max_c m_c)`` per word piece, normalized to sum 1; entropy regularization is a training option
-(:mod:`ranker.train_attention`).
+(:mod:`ranker.training.attention_joint`).
 
 A model directory (`weir train attention`) holds the fine-tuned backbone (Hugging Face format), ``heads.json`` (the
 selected heads, weights, bias, settings) and ``card.json``. Pairs of every query of a batch are scored together,
@@ -18,7 +18,6 @@ sorted by length (little padding), under autocast (bf16/fp16) on a GPU.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections import OrderedDict
@@ -27,147 +26,30 @@ from pathlib import Path
 
 import numpy as np
 
-from ranker.base import Reranker
-from ranker.index import Index
-from ranker.rerankers import apply_scores
-from weir.types import InputError, Query, Run
-
-ROOT = Path(__file__).resolve().parents[2]
-NA_QUERY = "N/A"
-QUERY_MAX_TOKENS = 32
-
-
-def load_backbone(path: str, device: str, *, attentions: bool = True):
-    """Tokenizer and encoder from a Hugging Face name or local path (eager attention, so weights can be read)."""
-    from transformers import AutoModel, AutoTokenizer
-
-    from ranker.encoder import resolve_model
-
-    path = resolve_model(path)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        kwargs = {"attn_implementation": "eager"} if attentions else {}
-        model = AutoModel.from_pretrained(path, **kwargs)
-    except (OSError, ValueError) as e:
-        raise InputError(f"cannot load model {path!r}: {e}") from None
-    return tokenizer, model.to(device)
-
-
-def encode_pairs(tokenizer, queries: Sequence[str], passages: Sequence[str], max_length: int) -> dict:
-    """Tokenize (query, passage) pairs: the query cut to :data:`QUERY_MAX_TOKENS` word pieces, the passage to fit."""
-    qs = [tokenizer.convert_tokens_to_string(tokenizer.tokenize(q)[:QUERY_MAX_TOKENS]) for q in queries]
-    return tokenizer(qs, list(passages), truncation="only_second", max_length=max_length, padding=True,
-                     return_tensors="pt", return_token_type_ids=True)
-
-
-def segment_masks(enc) -> tuple:
-    """(query mask, passage mask) over positions: segment 0 / 1 word pieces without [CLS], [SEP] and padding."""
-    import torch
-
-    ids, types, attn = enc["input_ids"], enc["token_type_ids"], enc["attention_mask"]
-    special = torch.zeros_like(ids, dtype=torch.bool)
-    special[:, 0] = True
-    lengths = attn.sum(1)
-    special[torch.arange(len(ids)), lengths - 1] = True  # final [SEP]
-    pos = torch.arange(ids.shape[1]).unsqueeze(0)
-    n_seg0 = ((types == 0) & (attn == 1)).sum(1, keepdim=True)
-    qmask = (pos >= 1) & (pos < n_seg0 - 1)
-    pmask = (types == 1) & (attn == 1) & ~special
-    return qmask.float(), pmask.float()
-
-
-def head_masses(attentions, heads: Sequence[tuple[int, int]], qmask, pmask):
-    """Per pair, selected head and query position: the attention mass sent to passage positions. (B, K, L)."""
-    import torch
-
-    per_head = [attentions[layer][:, head] for layer, head in heads]  # each (B, L, L)
-    A = torch.stack(per_head, dim=1).float()  # (B, K, L, L)
-    mass = (A * pmask[:, None, None, :]).sum(-1)  # (B, K, L)
-    return mass * qmask[:, None, :]
-
-
-def head_scores(mass, qmask, token_weights=None):
-    """(B, K): mass averaged over query positions (or weighted by ``token_weights`` (B, L) summing to 1)."""
-    if token_weights is None:
-        return mass.sum(-1) / qmask.sum(-1, keepdim=True).clamp(min=1)
-    return (mass * token_weights[:, None, :]).sum(-1)
-
-
-def idf_weights(mass, qmask):
-    """ReAttn's cross-candidate re-weighting for the candidates of one query: (C, K, L) masses -> (C, L) weights.
-    A query position's weight is ``-log(mean_c m / max_c m)`` (averaged over heads), normalized over positions."""
-    import torch
-
-    m = mass.mean(1)  # (C, L)
-    mean, top = m.mean(0), m.max(0).values
-    w = -torch.log((mean / top.clamp(min=1e-9)).clamp(min=1e-9)) * (top > 0)
-    w = w * qmask[0]
-    total = w.sum()
-    w = w / total if total > 0 else qmask[0] / qmask[0].sum().clamp(min=1)
-    return w.unsqueeze(0).expand_as(m)
-
-
-def extended_mask(attention_mask, dtype):
-    """(B, L) 0/1 mask -> the additive (B, 1, 1, L) mask of eager attention."""
-    import torch
-
-    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-
-
-def layer_forward(layer, hidden, add_mask, *, output: bool = True):
-    """One BERT layer by hand (eager attention, as Hugging Face computes it): ``(hidden out, attention probs
-    (B, heads, L, L))``. With ``output=False`` only the attention probabilities are computed (the layer's value,
-    output and feed-forward parts are skipped: an attention score of the top layer needs nothing else)."""
-    import torch
-
-    sa = layer.attention.self
-    B, L, _ = hidden.shape
-    shape = (B, L, sa.num_attention_heads, sa.attention_head_size)
-    q = sa.query(hidden).view(shape).transpose(1, 2)
-    k = sa.key(hidden).view(shape).transpose(1, 2)
-    probs = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * sa.scaling + add_mask, dim=-1)
-    if not output:
-        return None, probs
-    v = sa.value(hidden).view(shape).transpose(1, 2)
-    ctx = torch.matmul(sa.dropout(probs), v).transpose(1, 2).reshape(B, L, -1)
-    attn_out = layer.attention.output(ctx, hidden)
-    return layer.output(layer.intermediate(attn_out), attn_out), probs
-
-
-def load_trained_delta(model, path: Path) -> None:
-    """Apply the parameters a training run changed (``trained.pt`` of a model directory) to the base backbone."""
-    import torch
-
-    delta = torch.load(path, map_location="cpu")
-    missing = [k for k in delta if k not in dict(model.named_parameters())]
-    if missing:
-        raise InputError(f"{path}: parameters {missing[:3]} not in the base model")
-    model.load_state_dict({k: v.float() for k, v in delta.items()}, strict=False)
-
-
-def autocast(device: str):
-    import contextlib
-
-    import torch
-
-    if device.startswith("cuda"):
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.autocast("cuda", dtype=dtype)
-    return contextlib.nullcontext()
+from indexer.index_dir import Index
+from ranker.rerankers.backbone import (
+    NA_QUERY,
+    QUERY_MAX_TOKENS,
+    ModelDirectory,
+    encode_pairs,
+    passage_mass,
+    segment_masks,
+)
+from ranker.stage import Reranker, apply_scores
+from weir.runtime import autocast, shipped_model
+from weir.types import Query, Run
 
 
 class AttentionModel:
     """The trained backbone plus the head selection and combination of a model directory."""
 
     def __init__(self, path: str | os.PathLike, *, device: str | None = None):
-        from ranker.encoder import configure_cpu_threads, select_device
-
         self.path = Path(path)
-        settings_file = self.path / "heads.json"
-        if not settings_file.is_file():
-            raise InputError(f"{self.path}: not an attention model directory (no heads.json); train one with "
-                             f"`weir train attention`")
-        self.settings = json.loads(settings_file.read_text())
+        settings = ModelDirectory.read_settings(self.path, "heads.json", "attention")
+        self.late = settings.get("interaction", "joint") == "late"
+        directory = ModelDirectory.open(self.path, settings, device=device, attentions=not self.late)
+        self.settings, self.device, self.card = directory.settings, directory.device, directory.card
+        self.tokenizer, self.model = directory.tokenizer, directory.model
         self.heads = [tuple(h) for h in self.settings["heads"]]
         self.weights = np.asarray(self.settings["weights"], dtype=np.float64)
         self.bias = float(self.settings.get("bias", 0.0))
@@ -178,27 +60,19 @@ class AttentionModel:
             self.calibrate = False  # training gave the content-free pass no weight: skip it
         self.idf = bool(self.settings.get("idf", False))
         self.max_length = int(self.settings.get("max_length", 192))
-        self.late = self.settings.get("interaction", "joint") == "late"
-        self.device = select_device(device)
-        if self.device == "cpu":
-            configure_cpu_threads()
-        backbone = self.path / "backbone"
-        self.tokenizer, self.model = load_backbone(str(backbone if backbone.is_dir() else self.settings["base_model"]),
-                                                   self.device, attentions=not self.late)
-        if (self.path / "trained.pt").is_file():  # only the fine-tuned parameters were saved
-            load_trained_delta(self.model, self.path / "trained.pt")
-        self.model.eval()
         if self.late:
             import torch
 
-            from ranker.relevance_attention import RelevanceAttention, StateCache
+            from ranker.rerankers.relevance_attention import (
+                RelevanceAttention,
+                StateCache,
+            )
 
             self.relevance = RelevanceAttention(self.model.config.hidden_size, int(self.settings["relevance_heads"]),
                                                 float(self.settings.get("temperature", 0.05)))
             self.relevance.load_state_dict(torch.load(self.path / "relevance.pt", map_location="cpu"))
             self.relevance.to(self.device).eval()
             self.passage_states = StateCache(int(self.settings.get("state_cache", 4096)))
-        self.card = json.loads((self.path / "card.json").read_text()) if (self.path / "card.json").is_file() else {}
         self._lock = threading.Lock()
 
     def masses(self, queries: Sequence[str], passages: Sequence[str], batch_size: int,
@@ -218,24 +92,24 @@ class AttentionModel:
                 qmask, pmask = segment_masks(enc)
                 enc = {k: v.to(self.device) for k, v in enc.items()}
                 attn = self.model(**enc, output_attentions=True).attentions
-                mass = head_masses(attn, self.heads, qmask.to(self.device), pmask.to(self.device)).cpu().numpy()
+                selected = torch.stack([attn[layer][:, head] for layer, head in self.heads], dim=1).float()
+                mass = passage_mass(selected, qmask.to(self.device), pmask.to(self.device)).cpu().numpy()
                 qm = qmask.numpy().astype(bool)
                 for j, i in enumerate(idx):
                     out[i] = mass[j][:, qm[j]]
         return out
 
-
     def encode_states(self, texts: Sequence[str], max_length: int) -> list:
-        from ranker.relevance_attention import token_states
+        from ranker.rerankers.relevance_attention import token_states
 
         return token_states(self.model, self.tokenizer, texts, max_length, device=self.device)
 
     def _late_masses(self, queries, passages, batch_size, doc_ids) -> list:
-        """Late interaction (:mod:`ranker.relevance_attention`): each query and each passage encoded once, alone;
+        """Late interaction (:mod:`ranker.rerankers.relevance_attention`): each query and each passage encoded once, alone;
         the relevance layer over every pair."""
         import torch
 
-        from ranker.relevance_attention import pad_states
+        from ranker.rerankers.relevance_attention import pad_states
 
         keys = list(doc_ids) if doc_ids is not None else [f"text:{p}" for p in passages]
         unique_q = list(dict.fromkeys(queries))
@@ -265,7 +139,7 @@ class AttentionReranker(Reranker):
     def __init__(self, index: Index, model: str | os.PathLike | None = None, *, depth: int = 100,
                  device: str | None = None, batch_size: int | None = None, na_cache_size: int = 100_000):
         self.index = index
-        self.model_path = Path(model) if model else default_model("attention")
+        self.model_path = Path(model) if model else shipped_model("attention")
         self.model = AttentionModel(self.model_path, device=device)
         self.depth = depth
         self.batch_size = batch_size or (256 if self.model.device.startswith("cuda") else 32)
@@ -289,8 +163,9 @@ class AttentionReranker(Reranker):
                 self._na.popitem(last=False)
         return {d: self._na[d] for d in doc_ids}
 
-    def score_pairs(self, queries: Sequence[Query], heads: dict[str, list]) -> dict[str, list[float]]:
-        pairs = [(q, h.doc_id) for q in queries for h in heads.get(q.id, [])]
+    def score_pairs(self, queries: Sequence[Query], candidates: dict[str, list]) -> dict[str, list[float]]:
+        """Per query, the score of each of its ``candidates`` (hits, in order)."""
+        pairs = [(q, h.doc_id) for q in queries for h in candidates.get(q.id, [])]
         if not pairs:
             return {}
         docs = self.index.documents([d for _, d in pairs])
@@ -301,8 +176,8 @@ class AttentionReranker(Reranker):
         return combine(self.model, pairs, masses, calib)
 
     def rerank(self, queries: Sequence[Query], run: Run, depth: int) -> Run:
-        heads = {q.id: run.get(q.id, [])[:depth] for q in queries}
-        return apply_scores(queries, run, depth, self.score_pairs(queries, heads), self.name)
+        candidates = {q.id: run.get(q.id, [])[:depth] for q in queries}
+        return apply_scores(queries, run, depth, self.score_pairs(queries, candidates), self.name)
 
 
 def combine(model, pairs, masses, calib) -> dict[str, list[float]]:
@@ -329,11 +204,3 @@ def combine(model, pairs, masses, calib) -> dict[str, list[float]]:
             values = (scores - calibration if calibration is not None else scores) @ model.weights
         out[qid] = (values + model.bias).tolist()
     return out
-
-
-def default_model(kind: str) -> Path:
-    """models/<kind> in the repository, else $WEIR_MODELS/<kind>."""
-    for base in (ROOT / "models", Path(os.environ.get("WEIR_MODELS", Path.home() / ".cache" / "weir" / "models"))):
-        if (base / kind).is_dir():
-            return base / kind
-    raise InputError(f"no {kind} model: train one with `weir train {kind} --out DIR` and pass --{kind}-model DIR")

@@ -4,17 +4,16 @@ queries are scored together, sorted by length, under autocast on a GPU."""
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from ranker.base import Reranker
-from ranker.index import Index
-from ranker.rerankers import apply_scores
-from ranker.rerankers.attention import autocast, default_model, encode_pairs, load_backbone, load_trained_delta
-from weir.types import InputError, Query, Run
+from indexer.index_dir import Index
+from ranker.rerankers.backbone import ModelDirectory, encode_pairs
+from ranker.stage import Reranker, apply_scores
+from weir.runtime import autocast, shipped_model
+from weir.types import Query, Run
 
 
 class CrossEncoderReranker(Reranker):
@@ -24,30 +23,17 @@ class CrossEncoderReranker(Reranker):
                  device: str | None = None, batch_size: int | None = None):
         import torch
 
-        from ranker.encoder import configure_cpu_threads, select_device
-
         self.index, self.depth = index, depth
-        self.model_path = Path(model) if model else default_model("crossencoder")
-        settings_file = self.model_path / "crossencoder.json"
-        if not settings_file.is_file():
-            raise InputError(f"{self.model_path}: not a cross-encoder model directory (no crossencoder.json)")
-        self.settings = json.loads(settings_file.read_text())
-        self.device = select_device(device)
-        if self.device == "cpu":
-            configure_cpu_threads()
-        backbone = self.model_path / "backbone"
-        self.tokenizer, self.model = load_backbone(str(backbone if backbone.is_dir() else self.settings["base_model"]),
-                                                   self.device, attentions=False)
-        if (self.model_path / "trained.pt").is_file():  # only the fine-tuned parameters were saved
-            load_trained_delta(self.model, self.model_path / "trained.pt")
-        self.model.eval()
+        self.model_path = Path(model) if model else shipped_model("crossencoder")
+        settings = ModelDirectory.read_settings(self.model_path, "crossencoder.json", "crossencoder")
+        directory = ModelDirectory.open(self.model_path, settings, device=device)
+        self.settings, self.device, self.model_card = directory.settings, directory.device, directory.card
+        self.tokenizer, self.model = directory.tokenizer, directory.model
         self.linear = torch.nn.Linear(self.model.config.hidden_size, 1)
         self.linear.load_state_dict(torch.load(self.model_path / "cls_head.pt", map_location="cpu"))
         self.linear.to(self.device).eval()
         self.max_length = int(self.settings.get("max_length", 192))
         self.batch_size = batch_size or (256 if self.device.startswith("cuda") else 32)
-        card = self.model_path / "card.json"
-        self.model_card = json.loads(card.read_text()) if card.is_file() else {}
         self._lock = threading.Lock()
 
     def score(self, queries: Sequence[str], passages: Sequence[str]) -> list[float]:

@@ -1,5 +1,5 @@
-"""LightGBM learning-to-rank reranker: features of each (query, candidate) pair (:mod:`ranker.features`), scored by a
-lambdarank model trained with `weir train ltr` (:mod:`ranker.train_ltr`).
+"""LightGBM learning-to-rank reranker: features of each (query, candidate) pair (:mod:`ranker.rerankers.ltr_features`),
+scored by a lambdarank model trained with `weir train ltr` (:mod:`ranker.training.ltr`).
 
 A model directory holds ``model.txt`` (LightGBM's text format), ``features.json`` (the feature names, in the model's
 column order) and ``card.json`` (the model card: training data, command, parameters, metrics, importance).
@@ -14,14 +14,41 @@ from pathlib import Path
 
 import numpy as np
 
-from ranker.base import Reranker
-from ranker.index import Index
-from ranker.rerankers import apply_scores
+from indexer.index_dir import Index
+from ranker.stage import Reranker, apply_scores
+from weir.provenance import write_card
+from weir.runtime import shipped_model
 from weir.types import InputError, Query, Run
 
 MODEL_FILE, FEATURES_FILE, CARD_FILE = "model.txt", "features.json", "card.json"
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL = ROOT / "models" / "ltr"
+
+
+def base_scores(X: np.ndarray, groups: Sequence[int], col: int | None) -> np.ndarray | None:
+    """The init score of rows grouped by query (``groups``: sizes, in order): column ``col`` standardized within each
+    query (missing values at the query's mean). ``None`` without an ``init_from`` feature."""
+    if col is None:
+        return None
+    out = np.zeros(len(X), dtype=np.float64)
+    start = 0
+    for n in groups:
+        v = X[start:start + n, col].astype(np.float64)
+        ok = ~np.isnan(v)
+        if ok.any():
+            sd = v[ok].std()
+            out[start:start + n] = np.where(ok, (v - v[ok].mean()) / sd if sd > 0 else 0.0, 0.0)
+        start += n
+    return out
+
+
+def query_groups(qids: Sequence[str]) -> list[int]:
+    """Group sizes of rows whose query ids come grouped (each query's rows contiguous), in order."""
+    sizes: list[int] = []
+    for i, q in enumerate(qids):
+        if i and q == qids[i - 1]:
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+    return sizes
 
 
 class LTRModel:
@@ -56,7 +83,7 @@ class LTRModel:
         self.booster.save_model(str(path / MODEL_FILE), num_iteration=self.booster.best_iteration or None)
         meta = {"features": self.features, **({"init_from": self.init_from} if self.init_from else {})}
         (path / FEATURES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
-        (path / CARD_FILE).write_text(json.dumps(self.card, indent=1) + "\n")
+        write_card(path, self.card, CARD_FILE)
 
     def columns(self, available: Sequence[str]) -> list[int]:
         """Positions of this model's features among ``available`` (the extractor's); unknown names are an error."""
@@ -73,8 +100,6 @@ class LTRModel:
             return np.zeros(0)
         scores = self.booster.predict(X, num_threads=1 if len(X) < 2000 else 0)
         if self.init_from:
-            from ranker.train_ltr import base_scores, query_groups
-
             if qids is None:
                 raise ValueError("this model boosts from a feature: predict needs the rows' query ids")
             scores = scores + base_scores(X, query_groups(list(qids)), self.features.index(self.init_from))
@@ -82,15 +107,16 @@ class LTRModel:
 
 
 class LTRReranker(Reranker):
-    """Rescore the top ``depth`` candidates of each query with a LightGBM model over :mod:`ranker.features`."""
+    """Rescore the top ``depth`` candidates of each query with a LightGBM model over
+    :mod:`ranker.rerankers.ltr_features`."""
 
     name = "ltr"
 
     def __init__(self, index: Index, model: str | os.PathLike | None = None, *, depth: int = 100,
                  device: str | None = None):
-        from ranker.features import FeatureExtractor
+        from ranker.rerankers.ltr_features import FeatureExtractor
 
-        self.model_path = Path(model) if model else DEFAULT_MODEL
+        self.model_path = Path(model) if model else shipped_model("ltr")
         self.model = LTRModel.load(self.model_path)
         self.extractor = FeatureExtractor(index, device=device)
         self.cols = self.model.columns(self.extractor.names)

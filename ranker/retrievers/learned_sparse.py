@@ -1,0 +1,82 @@
+"""First stages over learned term weights: DeepCT (BM25 over pseudo-documents) and DeepImpact (sum of impacts).
+
+Both indexes hold terms made by :mod:`indexer.weighting.terms` (written ``--pretokenized``); a query goes through the
+same function, so what a query asks for is exactly what was indexed. Queries are Lucene boolean queries of term
+queries searched directly through pyjnius (:class:`ranker.retrievers.lucene.LuceneTermSearcher`; no stored documents
+are loaded), with Anserini's tie-break (score, then docid):
+
+- ``deepct``: BM25 (default k1=10, b=0.9, the DeepCT paper's) over the pseudo-documents, each query term once per
+  occurrence in the query (Anserini's bag of words);
+- ``deepimpact``: Anserini's ``ImpactSimilarity`` (score = stored term frequency x query weight) with weight 1 per
+  unique query term, so a document's score is the sum of the quantized impacts of its terms that the query has.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from indexer.index_dir import Index
+from indexer.weighting.terms import terms as text_terms
+from ranker.retrievers.lucene import (
+    LuceneRetriever,
+    LuceneTermSearcher,
+    bm25_similarity,
+)
+from weir import jvm
+
+
+def deepct_query(text: str) -> dict[str, float]:
+    """Each term weighted by its count in the query (Anserini's bag of words)."""
+    return dict(Counter(text_terms(text)))
+
+
+def impact_query(text: str) -> dict[str, float]:
+    """Weight 1 (an integer, as impact search needs) per unique query term."""
+    return dict.fromkeys(text_terms(text), 1)
+
+
+class _TermRetriever(LuceneRetriever):
+    """A first stage over the pretokenized Lucene index of one learned component."""
+
+    component = ""
+
+    def __init__(self, index: Index, similarity, *, threads: int | None = None, name: str | None = None):
+        self.searcher = LuceneTermSearcher(index.component_path(self.component), similarity, threads=threads)
+        info = index.manifest["components"][self.component]
+        self.model_card = info.get("model")
+        self.parameters = info.get("parameters", {})
+        self.name = name or self.component
+
+    def query(self, text: str) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class DeepCTRetriever(_TermRetriever):
+    """BM25 over DeepCT pseudo-documents (tf = round(100 w)); default k1=10, b=0.9."""
+
+    component = "deepct"
+
+    def __init__(self, index: Index, *, k1: float = 10.0, b: float = 0.9, threads: int | None = None):
+        super().__init__(index, bm25_similarity(k1, b), threads=threads)
+        self.k1, self.b = k1, b
+
+    def describe(self) -> dict:
+        return {**super().describe(), "k1": self.k1, "b": self.b}
+
+    def query(self, text: str) -> dict[str, float]:
+        return deepct_query(text)
+
+
+class ImpactRetriever(_TermRetriever):
+    """Sum of the quantized impacts of the document terms the query has (weight 1 per unique query term)."""
+
+    component = "deepimpact"
+
+    def __init__(self, index: Index, *, threads: int | None = None):
+        super().__init__(index, jvm.autoclass("io.anserini.search.similarity.ImpactSimilarity")(), threads=threads)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "quantization": self.parameters.get("quantization")}
+
+    def query(self, text: str) -> dict[str, float]:
+        return impact_query(text)

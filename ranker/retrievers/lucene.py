@@ -1,0 +1,136 @@
+"""Direct Lucene search through pyjnius: top-k over an Anserini index, without loading stored documents.
+
+pyserini's ``LuceneSearcher.batch_search`` loads every hit's stored document (raw text included) inside Anserini
+before handing back ``ScoredDoc`` objects; a first stage needs only (docid, score). Here a query is built exactly as
+Anserini builds it (``DefaultEnglishAnalyzer`` + ``BagOfWordsQueryGenerator`` for BM25 over text; a boolean query of
+weighted term queries for the pretokenized learned-weight indexes), searched with Anserini's tie-breaking sort
+(score, then docid), and Lucene's internal doc numbers are mapped to collection ids through the table written at
+index time (:mod:`indexer.lucene`). The BM25 hits are identical to pyserini's, rank for rank.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from indexer.lucene import open_reader, read_docid_table
+from ranker.stage import Retriever
+from weir import jvm
+from weir.types import Hit, Query, Run
+
+
+def bm25_similarity(k1: float, b: float):
+    """Lucene's ``BM25Similarity(k1, b)``."""
+    return jvm.autoclass("org.apache.lucene.search.similarities.BM25Similarity")(float(k1), float(b))
+
+
+def english_analyzer():
+    """Anserini's default English analyzer (lowercase, stopwords, Porter): the BM25 index's."""
+    return jvm.autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
+
+
+def bag_of_words():
+    """Anserini's query generator for BM25 over text: one SHOULD term query per analyzed query term."""
+    return jvm.autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
+
+
+class LuceneReader:
+    """One Lucene index opened for search: the reader, an ``IndexSearcher`` scoring with ``similarity``, and the
+    collection id of each Lucene doc number."""
+
+    def __init__(self, path: str | os.PathLike, similarity):
+        self.path = Path(path)
+        self.reader = open_reader(self.path)
+        self.searcher = jvm.autoclass("org.apache.lucene.search.IndexSearcher")(self.reader)
+        self.searcher.setSimilarity(similarity)
+        self.docids = read_docid_table(self.path, self.reader)
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+class LuceneSearcher(LuceneReader):
+    """Thread-safe top-k search over one Lucene index with a given similarity; subclasses turn a query (text,
+    weighted terms ...) into a Lucene query. ``search_many`` runs queries on a thread pool."""
+
+    def __init__(self, path: str | os.PathLike, similarity, *, field: str = "contents", threads: int | None = None):
+        super().__init__(path, similarity)
+        SortField = jvm.autoclass("org.apache.lucene.search.SortField")
+        string_val = jvm.autoclass("org.apache.lucene.search.SortField$Type").STRING_VAL
+        self.sort = jvm.autoclass("org.apache.lucene.search.Sort")(SortField.FIELD_SCORE, SortField("id", string_val))
+        self.field = field
+        self.pool = ThreadPoolExecutor(max_workers=threads or max(1, os.cpu_count() or 1),
+                                       thread_name_prefix="weir-lucene")
+
+    def lucene_query(self, query):
+        """The Lucene query for ``query``, or None when it has no term to search."""
+        raise NotImplementedError
+
+    def search(self, query, k: int) -> list[tuple[str, float]]:
+        lucene_query = self.lucene_query(query)
+        if lucene_query is None:
+            return []
+        top = self.searcher.search(lucene_query, int(k), self.sort, True)
+        docids = self.docids
+        return [(docids[sd.doc], sd.score) for sd in top.scoreDocs]
+
+    def search_many(self, queries: Sequence, k: int) -> list[list[tuple[str, float]]]:
+        if len(queries) == 1:
+            return [self.search(queries[0], k)]
+        return list(self.pool.map(lambda q: self.search(q, k), queries))
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+        super().close()
+
+
+class LuceneBM25Searcher(LuceneSearcher):
+    """BM25 over query text, analyzed and built into a bag-of-words query exactly as Anserini does."""
+
+    def __init__(self, path: str | os.PathLike, *, k1: float = 0.9, b: float = 0.4, field: str = "contents",
+                 threads: int | None = None):
+        super().__init__(path, bm25_similarity(k1, b), field=field, threads=threads)
+        self.analyzer = english_analyzer()
+        self.generator = bag_of_words()
+
+    def lucene_query(self, text: str):
+        return self.generator.buildQuery(self.field, self.analyzer, text)
+
+
+class LuceneTermSearcher(LuceneSearcher):
+    """Top-k search of weighted term queries ({term: weight}) over a pretokenized Lucene index (thread-safe)."""
+
+    def __init__(self, path: str | os.PathLike, similarity, *, field: str = "contents", threads: int | None = None):
+        super().__init__(path, similarity, field=field, threads=threads)
+        self._builder = jvm.autoclass("org.apache.lucene.search.BooleanQuery$Builder")
+        self._should = jvm.autoclass("org.apache.lucene.search.BooleanClause$Occur").SHOULD
+        self._term_query = jvm.autoclass("org.apache.lucene.search.TermQuery")
+        self._term = jvm.autoclass("org.apache.lucene.index.Term")
+        self._boost = jvm.autoclass("org.apache.lucene.search.BoostQuery")
+
+    def lucene_query(self, weights: dict[str, float]):
+        if not weights:
+            return None
+        builder = self._builder()
+        for term, w in weights.items():
+            q = self._term_query(self._term(self.field, term))
+            builder.add(q if w == 1 else self._boost(q, float(w)), self._should)
+        return builder.build()
+
+
+class LuceneRetriever(Retriever):
+    """A first stage over a :class:`LuceneSearcher` (``self.searcher``): :meth:`query` turns a query's text into what
+    the searcher searches (the text itself for BM25, weighted terms for the learned indexes)."""
+
+    searcher: LuceneSearcher
+
+    def query(self, text: str):
+        return text
+
+    def retrieve(self, queries: Sequence[Query], k: int) -> Run:
+        results = self.searcher.search_many([self.query(q.text) for q in queries], k)
+        name = self.name
+        return Run({q.id: [Hit(docid, score, rank, {name: score}) for rank, (docid, score) in enumerate(hits, start=1)]
+                    for q, hits in zip(queries, results)})

@@ -1,0 +1,298 @@
+"""`weir train ltr`: LightGBM lambdarank over :mod:`ranker.rerankers.ltr_features`, the number of rounds chosen by
+inner cross-validation (or early stopping on held-out queries), optional k-fold cross-validation over queries, and a
+model card.
+
+Training data are one or more sets of (index, topics, qrels, candidates): candidates come from a TREC run
+(``candidates``) or from a first stage run over the index (``first_stage``, default ``hybrid``), top ``depth``
+each. Labels are the qrels grades (unjudged = 0). Queries with no relevant candidate carry no ranking signal and are
+left out of training and validation (never out of a cross-validated run, which scores every query).
+
+Cross-validation (``folds``): the queries of the first set are split into ``folds`` folds (seeded shuffle); each fold
+is scored by a model trained on the other folds (plus any further sets, which never contain the first set's
+queries); the scored folds are concatenated into one run. The saved model is then trained on every query.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ranker.options import PipelineOptions
+from ranker.rerankers.ltr import LTRModel, base_scores, query_groups
+from ranker.rerankers.ltr_features import FEATURES, STAGE_SCORES, FeatureExtractor
+from ranker.stage import apply_scores
+from ranker.training.common import DataSet, cross_validate, folds_of, split
+from weir.provenance import model_card, sha256_file
+from weir.trec import read_qrels, read_topics
+from weir.types import InputError, Query, Run
+
+DEFAULT_PARAMS = {
+    "objective": "lambdarank", "metric": "ndcg", "ndcg_eval_at": [10], "learning_rate": 0.05, "num_leaves": 15,
+    "min_data_in_leaf": 20, "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
+    "lambdarank_truncation_level": 20, "verbose": -1, "num_threads": 1,
+}
+
+
+@dataclass
+class Examples:
+    """Feature rows of one data set, grouped by query (rows of a query contiguous, in candidate order)."""
+
+    queries: list[Query]
+    run: Run
+    X: np.ndarray
+    y: np.ndarray
+    qids: list[str]
+    feature_seconds: float = 0.0
+
+    def select(self, keep: set[str], *, positive_only: bool = True) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Rows and group sizes of the queries in ``keep`` (with ``positive_only``, those with a relevant row)."""
+        qids = np.asarray(self.qids)
+        chosen, groups = [], []
+        start = 0
+        while start < len(qids):
+            end = start
+            while end < len(qids) and qids[end] == qids[start]:
+                end += 1
+            if qids[start] in keep and (not positive_only or self.y[start:end].max() > 0):
+                chosen.append(np.arange(start, end))
+                groups.append(end - start)
+            start = end
+        idx = np.concatenate(chosen) if chosen else np.zeros(0, dtype=int)
+        return self.X[idx], self.y[idx], groups
+
+
+def load_examples(ds: DataSet, options: PipelineOptions | None = None,
+                  log: Callable[[str], None] = print) -> Examples:
+    """Candidates and features of one data set (labels from its qrels)."""
+    from indexer.index_dir import Index
+    from ranker import registry
+
+    index = Index(ds.index)
+    queries = read_topics(ds.topics)
+    qrels = read_qrels(ds.qrels)
+    queries = [q for q in queries if q.id in qrels]
+    if ds.max_queries and len(queries) > ds.max_queries:
+        rng = np.random.default_rng(7)
+        keep = set(rng.choice(len(queries), ds.max_queries, replace=False).tolist())
+        queries = [q for i, q in enumerate(queries) if i in keep]
+    if not queries:
+        raise InputError(f"{ds.topics}: no topic has qrels in {ds.qrels}")
+    start = time.perf_counter()
+    if ds.candidates:
+        run = Run.read_trec(ds.candidates).truncated(ds.depth)
+    else:
+        stage = registry.build(ds.first_stage, index, options)
+        run = stage(queries, k=ds.depth)
+    retrieve = time.perf_counter() - start
+    attach_stage_scores(run, ds.stage_runs)
+    extractor = FeatureExtractor(index)
+    start = time.perf_counter()
+    X, rows = extractor.extract(queries, run, ds.depth)
+    seconds = time.perf_counter() - start
+    y = np.asarray([max(0, qrels.get(qid, {}).get(run[qid][i].doc_id, 0)) for qid, i in rows], dtype=np.float32)
+    log(f"{ds.topics}: {len(queries)} queries, {len(rows)} candidates ({'run ' + ds.candidates if ds.candidates else ds.first_stage} "
+        f"top {ds.depth}, {retrieve:.1f}s); features {seconds:.1f}s ({seconds / max(1, len(queries)) * 1000:.1f} ms/query)")
+    return Examples(queries, run, X, y, [qid for qid, _ in rows], seconds)
+
+
+def attach_stage_scores(run: Run, spec: str | None) -> None:
+    """Record the scores that other runs give the candidates as ``Hit.stage_scores[NAME]`` (``spec``:
+    ``NAME:RUN[;NAME:RUN]``), as a pipeline's earlier stage would have: how a cross-validated run of another reranker
+    (e.g. ``attention:runs/attention-cv.trec``) becomes an LTR feature. A candidate missing from such a run gets none."""
+    for part in (spec or "").split(";"):
+        if not part.strip():
+            continue
+        name, sep, path = part.partition(":")
+        name = name.strip()
+        if not sep or name not in STAGE_SCORES:
+            raise InputError(f"bad stage run {part!r}: expected NAME:RUN with NAME one of {', '.join(STAGE_SCORES)}")
+        other = Run.read_trec(path.strip())
+        for qid, hits in run.items():
+            scores = {h.doc_id: h.score for h in other.get(qid, [])}
+            for h in hits:
+                if h.doc_id in scores:
+                    h.stage_scores[name] = scores[h.doc_id]
+
+
+def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
+        valid_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]], features: Sequence[str], *,
+        params: dict | None = None, rounds: int = 1000, early_stopping: int | None = 50, seed: int = 13,
+        threads: int = 0, init_col: int | None = None):
+    """Train a lambdarank booster on the concatenated parts, early-stopped on the validation parts' nDCG@10 (with
+    ``early_stopping=None``: all ``rounds``, the validation curve returned as ``valid_curve``). With ``init_col``,
+    boosting starts from that feature standardized per query (:func:`base_scores`)."""
+    import lightgbm as lgb
+
+    def stack(parts):
+        parts = [p for p in parts if len(p[0])]
+        if not parts:
+            return None
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                [g for p in parts for g in p[2]])
+
+    train = stack(train_parts)
+    if train is None:
+        raise InputError("no training query has a relevant candidate: check the qrels and the candidates")
+    params = {**DEFAULT_PARAMS, **(params or {}), "seed": seed, **({"num_threads": threads} if threads else {})}
+    label_max = int(max(train[1].max(), 1))
+    params.setdefault("label_gain", [float(2 ** i - 1) for i in range(max(label_max + 1, 32))])
+    dtrain = lgb.Dataset(train[0], train[1], group=train[2], feature_name=list(features), free_raw_data=False,
+                         init_score=base_scores(train[0], train[2], init_col))
+    valid = stack(valid_parts)
+    callbacks = [lgb.log_evaluation(0)]
+    sets, names = [], []
+    if valid is not None:
+        sets, names = [lgb.Dataset(valid[0], valid[1], group=valid[2], reference=dtrain,
+                                   init_score=base_scores(valid[0], valid[2], init_col))], ["valid"]
+        if early_stopping is not None:
+            callbacks.append(lgb.early_stopping(early_stopping, verbose=False))
+    record: dict = {}
+    callbacks.append(lgb.record_evaluation(record))
+    booster = lgb.train(params, dtrain, num_boost_round=rounds, valid_sets=sets, valid_names=names,
+                        callbacks=callbacks)
+    best = booster.best_iteration or booster.current_iteration()
+    score = booster.best_score.get("valid", {}).get("ndcg@10") if valid is not None else None
+    info = {"best_iteration": int(best), "valid_ndcg@10": score,
+            "train_queries": len(train[2]), "valid_queries": len(valid[2]) if valid else 0}
+    if early_stopping is None and valid is not None:
+        info["valid_curve"] = record["valid"]["ndcg@10"]
+    return booster, info
+
+
+@dataclass
+class TrainConfig:
+    sets: list[DataSet]
+    out: str
+    folds: int = 0
+    cv_run: str | None = None
+    val_fraction: float = 0.2
+    seed: int = 13
+    rounds: int = 1000
+    early_stopping: int = 50
+    params: dict = field(default_factory=dict)
+    options: PipelineOptions = field(default_factory=PipelineOptions)  # of the first stages giving candidates
+    rounds_by: str = "cv"  # cv: inner cross-validation over the training queries; holdout: early stopping
+    init_from: str | None = None  # boost from this feature (standardized per query) instead of from zero
+    inner_folds: int = 4
+    binary_min_rel: int = 1
+    command: list[str] = field(default_factory=list)
+
+
+def _score(booster, ex: Examples, keep: set[str], init_col: int | None = None) -> dict[str, list[float]]:
+    rows = [i for i, q in enumerate(ex.qids) if q in keep]
+    preds = booster.predict(ex.X[rows], num_iteration=booster.best_iteration or None) if rows else []
+    base = base_scores(ex.X[rows], query_groups([ex.qids[i] for i in rows]), init_col) if rows else None
+    if base is not None:
+        preds = preds + base
+    out: dict[str, list[float]] = {}
+    for i, s in zip(rows, preds):
+        out.setdefault(ex.qids[i], []).append(float(s))
+    return out
+
+
+def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig, features) -> tuple[int, float]:
+    """The number of boosting rounds with the best nDCG@10 averaged over ``config.inner_folds`` folds of the first
+    set's ``main_keep`` queries (each fold's model trained on the rest, plus all of the other sets)."""
+    curves = []
+    others = [ex.select(set(ex.qids)) for ex in data[1:]]
+    init_col = _init_col(config, features)
+    for inner in folds_of(sorted(main_keep), config.inner_folds, config.seed + 1):
+        valid = data[0].select(inner)
+        if not valid[2]:
+            continue
+        _, info = fit([data[0].select(main_keep - inner), *others], [valid], features, params=config.params,
+                      rounds=config.rounds, early_stopping=None, seed=config.seed, init_col=init_col)
+        curves.append(info["valid_curve"])
+    if not curves:
+        raise InputError("no inner fold has a query with a relevant candidate")
+    mean = np.mean(curves, axis=0)
+    return int(np.argmax(mean)) + 1, float(mean.max())
+
+
+def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, features):
+    """Fit on ``main_keep`` queries of the first set plus all of the others. The number of rounds comes from inner
+    cross-validation (``rounds_by="cv"``) or from early stopping on a held-out share of each set (``"holdout"``)."""
+    if config.rounds_by == "cv":
+        rounds, inner = rounds_by_cv(data, main_keep, config, features)
+        parts = [data[0].select(main_keep)] + [ex.select(set(ex.qids)) for ex in data[1:]]
+        booster, info = fit(parts, [], features, params=config.params, rounds=rounds, seed=config.seed,
+                            init_col=_init_col(config, features))
+        info.update({"best_iteration": rounds, "inner_cv_ndcg@10": round(inner, 4), "inner_folds": config.inner_folds})
+        return booster, info
+    train_parts, valid_parts = [], []
+    for j, ex in enumerate(data):
+        pool = main_keep if j == 0 else set(ex.qids)
+        tr, va = split(sorted(pool), config.val_fraction, config.seed + j)
+        train_parts.append(ex.select(tr))
+        valid_parts.append(ex.select(va))
+    return fit(train_parts, valid_parts, features, params=config.params, rounds=config.rounds,
+               early_stopping=config.early_stopping, seed=config.seed, init_col=_init_col(config, features))
+
+
+def _init_col(config: TrainConfig, features: Sequence[str]) -> int | None:
+    if not config.init_from:
+        return None
+    if config.init_from not in features:
+        raise InputError(f"--init-from {config.init_from!r} is not a feature ({', '.join(features)})")
+    return list(features).index(config.init_from)
+
+
+def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
+    """Train (and cross-validate); write the model directory; return the model card."""
+    if not config.sets:
+        raise InputError("weir train ltr needs at least one training set")
+    if config.folds == 1 or config.folds < 0:
+        raise InputError("--folds must be 0 (no cross-validation) or at least 2")
+    started = time.perf_counter()
+    data = [load_examples(ds, config.options, log) for ds in config.sets]
+    feature_seconds = time.perf_counter() - started
+    main, main_ds = data[0], config.sets[0]
+    all_main = set(main.qids)
+    card = model_card(
+        "ltr", model="LightGBM lambdarank", features=list(FEATURES), dists=("lightgbm",), command=config.command,
+        training_data=[{**asdict(ds), "topics_sha256": sha256_file(ds.topics), "qrels_sha256": sha256_file(ds.qrels),
+                        "queries": len(ex.queries), "candidates": len(ex.qids)} for ds, ex in zip(config.sets, data)],
+        parameters={**DEFAULT_PARAMS, **config.params, "rounds": config.rounds, "rounds_by": config.rounds_by,
+                    "inner_folds": config.inner_folds, "init_from": config.init_from,
+                    "early_stopping": config.early_stopping, "val_fraction": config.val_fraction,
+                    "seed": config.seed})
+    if config.folds:
+        init_col = _init_col(config, FEATURES)
+
+        def fit_and_score(train_q: set[str], test: set[str]) -> tuple[Run, dict]:
+            booster, info = _fit_on(data, train_q, config, FEATURES)
+            log(f"  {info['train_queries']} training queries, {rounds_note(info)}")
+            queries = [q for q in main.queries if q.id in test]
+            candidates = Run({q.id: main.run.get(q.id, [])[:main_ds.depth] for q in queries})
+            return apply_scores(queries, candidates, main_ds.depth, _score(booster, main, test, init_col), "ltr"), info
+
+        cv_start = time.perf_counter()
+        card["metrics"]["cross_validation"] = cross_validate(
+            "ltr", all_main, config.folds, config.seed, fit_and_score, first_run=main.run,
+            qrels=read_qrels(main_ds.qrels), measures=["nDCG@10", "RR@10", "AP", "R@100"],
+            binary_min_rel=config.binary_min_rel, cv_run=config.cv_run, log=log)
+        card["metrics"]["cross_validation"]["seconds"] = round(time.perf_counter() - cv_start, 2)
+    t0 = time.perf_counter()
+    booster, info = _fit_on(data, all_main, config, FEATURES)
+    train_seconds = time.perf_counter() - t0
+    gain = booster.feature_importance("gain")
+    importance = sorted(zip(FEATURES, (float(g) for g in gain)), key=lambda x: -x[1])
+    total = sum(g for _, g in importance) or 1.0
+    card["metrics"]["final"] = info
+    card["importance_gain"] = {n: round(g / total, 4) for n, g in importance}
+    card["timing"] = {"feature_seconds": round(feature_seconds, 2), "final_train_seconds": round(train_seconds, 2),
+                      "feature_ms_per_query": round(1000 * sum(ex.feature_seconds for ex in data)
+                                                    / max(1, sum(len(ex.queries) for ex in data)), 2)}
+    LTRModel(booster, FEATURES, card, init_from=config.init_from).save(config.out)  # keeps the trees up to the best iteration
+    log("feature importance (gain share): " + ", ".join(f"{n} {g:.3f}" for n, g in card["importance_gain"].items()))
+    return card
+
+
+def rounds_note(info: dict) -> str:
+    """How the number of boosting rounds was chosen, in words."""
+    if "inner_cv_ndcg@10" in info:
+        return f"{info['best_iteration']} rounds (inner {info['inner_folds']}-fold CV nDCG@10 {info['inner_cv_ndcg@10']:.4f})"
+    return f"best iteration {info['best_iteration']}, validation nDCG@10 {info['valid_ndcg@10'] or float('nan'):.4f}"

@@ -1,0 +1,56 @@
+"""The pipeline options every searching command shares (``--pipeline``, BM25, dense and hybrid, rerankers), turned
+into typed stage options (:class:`ranker.options.PipelineOptions`) in one place."""
+
+from __future__ import annotations
+
+import argparse
+
+from ranker.options import PipelineOptions
+
+# argparse destination -> pipeline option key (ranker.options.FLAT_KEYS)
+_KEYS = {"k1": "k1", "b": "b", "threads": "threads", "fusion": "fusion", "fusion_weights": "fusion_weights",
+         "depth_per_stage": "depth_per_stage", "rrf_k": "rrf_k", "hybrid_stages": "hybrid_stages",
+         "dense_model": "dense_model", "ef_search": "ef_search", "nprobe": "nprobe", "rerank_depth": "depth",
+         "ltr_model": "ltr_model", "attention_model": "attention_model", "crossencoder_model": "crossencoder_model",
+         "device": "device", "batch_size": "batch_size"}
+
+
+def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True) -> None:
+    """The options of :func:`pipeline_options`; ``depth=False`` where the command has a ``--depth`` of its own."""
+    p.add_argument("--pipeline", default="bm25",
+                   help="first stage and rerankers joined by '>>' (default: bm25; with `weir run --candidates`, none: the "
+                   "candidates pass through). Known stages: see `weir pipelines`")
+    p.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
+    p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
+    p.add_argument("--threads", type=int, default=None, help="search threads (default: all cores)")
+    h = p.add_argument_group("dense and hybrid first stages")
+    h.add_argument("--fusion", choices=("rrf", "minmax", "zscore", "linear"), default=None,
+                   help="hybrid fusion: reciprocal rank fusion, or a weighted sum of min-max or z-score normalized "
+                   "scores ('linear' = minmax) (default: as tuned by `weir tune fusion`, else zscore)")
+    h.add_argument("--fusion-weights", "--fusion-weight", dest="fusion_weights", default=None,
+                   help="hybrid weights, one per stage: '0.3,0.7' or 'bm25=0.3,dense=0.7' (default: tuned, else equal)")
+    h.add_argument("--depth-per-stage", type=int, default=None, help="hybrid: candidates per fused stage (default 1000)")
+    h.add_argument("--rrf-k", type=int, default=None, help="hybrid: the RRF constant k (default: tuned, else 60)")
+    h.add_argument("--hybrid-stages", default=None, help="hybrid: first stages to fuse (default: bm25,dense)")
+    h.add_argument("--dense-model", default=None,
+                   help="dense: query encoder (default: the model recorded in the index manifest)")
+    h.add_argument("--ef-search", type=int, default=None, help="dense over HNSW: efSearch (default: as built)")
+    h.add_argument("--nprobe", type=int, default=None, help="dense over IVF-PQ: lists probed (default: as built)")
+    g = p.add_argument_group("rerankers (ltr, attention, crossencoder)")
+    if depth:
+        g.add_argument("--depth", dest="rerank_depth", type=int, default=None,
+                       help="candidates each reranker rescores (default: the reranker's, 100); -k is how many "
+                       "are returned")
+    g.add_argument("--ltr-model", default=None, help="ltr: LightGBM model directory (default: models/ltr)")
+    g.add_argument("--attention-model", default=None, help="attention: trained model directory (default: "
+                   "models/attention, else the one `weir train attention` wrote to $WEIR_MODELS)")
+    g.add_argument("--crossencoder-model", default=None, help="crossencoder: trained model directory")
+    g.add_argument("--device", default=None,
+                   help="device of the dense query encoder and the rerankers (default: cuda when available, else cpu)")
+    g.add_argument("--rerank-batch-size", dest="batch_size", type=int, default=None,
+                   help="pairs per forward pass (default: 64 on CPU, 256 on GPU)")
+
+
+def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
+    """The typed stage options of the parsed command line (raises InputError for a bad value)."""
+    return PipelineOptions.from_mapping({key: getattr(args, dest, None) for dest, key in _KEYS.items()})

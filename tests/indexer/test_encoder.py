@@ -1,0 +1,43 @@
+"""The sentence encoder: the same embeddings as sentence-transformers, the query cache, a bad model named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from weir.types import InputError
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    from indexer.encoder import shared_encoder
+
+    return shared_encoder()
+
+
+def test_encoder_matches_sentence_transformers(encoder):
+    from sentence_transformers import SentenceTransformer
+
+    from weir.runtime import default_model_path
+
+    texts = ["a short one", "Microglia are the resident immune cells of the brain. " * 40, "", "naïve café"]
+    ours = encoder.encode_passages(texts, batch_size=2)  # sorted by length across batches, returned in input order
+    reference = SentenceTransformer(default_model_path(), device="cpu").encode(texts, batch_size=2)
+    assert ours.shape == (4, 384) and ours.dtype == np.float32
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    assert np.abs(ours - reference).max() < 1e-5
+
+
+def test_query_cache(encoder):
+    first = encoder.encode_queries(["what causes cancer", "what causes cancer", "vitamin d"])
+    assert np.array_equal(first[0], first[1])
+    assert "vitamin d" in encoder._cache
+    again = encoder.encode_queries(["vitamin d"])
+    assert np.array_equal(again[0], first[2])
+
+
+def test_bad_model_is_input_error():
+    from indexer.encoder import Encoder
+
+    with pytest.raises(InputError, match="cannot load encoder"):
+        Encoder("/nonexistent/model/dir")

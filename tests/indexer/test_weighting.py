@@ -1,0 +1,113 @@
+"""Learned term weighting at index time, on a tiny hand-made corpus: tokenization shared by documents and queries,
+DeepCT pseudo-document frequencies, DeepImpact quantization and impact scores, checked against the formulas."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from indexer.weighting.build import deepct_tf, impact_scale, pseudo_document, quantize
+from indexer.weighting.terms import terms, unique_terms, word_terms
+from tests.conftest import WEIGHTING_DOCS, WEIGHTING_QUERIES
+
+
+def test_formulas_by_hand():
+    assert deepct_tf(np.array([0.004, 0.005, 0.123, 1.5, -0.2])).tolist() == [0, 0, 12, 150, -20]  # half to even; < 1 dropped later
+    assert deepct_tf(np.array([0.0151])).tolist() == [2]
+    assert impact_scale(2.0) == 128.0
+    assert quantize(np.array([0.0, 0.001, 1.0, 2.0]), 128.0).tolist() == [0, 1, 128, 256]
+    assert pseudo_document(["a", "b", "c"], np.array([2, 0, 3])) == "a a c c c"
+
+
+def test_query_and_document_tokenization_agree():
+    words, pairs = word_terms("The proteins of p53-dependent U.S. mice")
+    assert words == ["The", "proteins", "of", "p53", "dependent", "U", "S", "mice"]
+    assert [t for _, t in pairs] == ["protein", "p53", "depend", "u", "s", "mice"]  # "the", "of": stopwords
+    doc = set(terms(WEIGHTING_DOCS[0]["title"] + " " + WEIGHTING_DOCS[0]["text"]))
+    assert {"protein", "misfold", "aggreg"} <= doc and set(unique_terms(WEIGHTING_QUERIES[0][1])) <= doc
+    assert unique_terms("Running RUNS running") == ["run"]
+    assert unique_terms("") == [] and unique_terms("the of and") == []
+
+
+def _postings(path) -> dict[str, dict[str, int]]:
+    """docid -> {term: stored frequency} of a Lucene index, read term by term."""
+    from jnius import autoclass
+
+    from indexer.lucene import open_reader
+
+    reader = open_reader(path)
+    try:
+        ids = (path / "docids.txt").read_text(encoding="utf-8").splitlines()
+        out: dict[str, dict[str, int]] = {d: {} for d in ids}
+        te = autoclass("org.apache.lucene.index.MultiTerms").getTerms(reader, "contents").iterator()
+        no_more = autoclass("org.apache.lucene.search.DocIdSetIterator").NO_MORE_DOCS
+        while (ref := te.next()) is not None:
+            term = ref.utf8ToString()
+            pe = te.postings(None, 8)  # PostingsEnum.FREQS
+            while (doc := pe.nextDoc()) != no_more:
+                out[ids[doc]][term] = pe.freq()
+        return out
+    finally:
+        reader.close()
+
+
+def _expected(models, kind):
+    from indexer.weighting.model import TermWeighter
+
+    m = TermWeighter(models[kind])
+    return {d["id"]: dict(zip(*m.weights([(d["title"] + " " + d["text"]) if d["title"] else d["text"]])[0]))
+            for d in WEIGHTING_DOCS}
+
+
+def test_deepct_pseudo_documents_hold_round_100w(learned_tiny):
+    _, models, index = learned_tiny
+    weights = _expected(models, "deepct")
+    postings = _postings(index / "deepct")
+    for doc_id, w in weights.items():
+        want = {t: int(round(v * 100)) for t, v in w.items() if round(v * 100) >= 1}
+        assert postings[doc_id] == want
+    manifest = json.loads((index / "manifest.json").read_text())
+    card_sha = manifest["components"]["deepct"]["model"]["card_sha256"]
+    import hashlib
+
+    assert card_sha == hashlib.sha256((models["deepct"] / "card.json").read_bytes()).hexdigest()
+
+
+def test_impact_index_and_scores_follow_the_formulas(learned_tiny):
+    from indexer.index_dir import Index
+    from ranker.retrievers.learned_sparse import ImpactRetriever
+    from weir.types import Query
+
+    _, models, index = learned_tiny
+    impacts = _expected(models, "deepimpact")
+    max_impact = max(max(w.values()) for w in impacts.values())
+    manifest = json.loads((index / "manifest.json").read_text())
+    q = manifest["components"]["deepimpact"]["parameters"]["quantization"]
+    assert q["max_impact"] == pytest.approx(max_impact, rel=1e-6)
+    assert q["scale"] == pytest.approx(256 / max_impact, rel=1e-6)
+    quantized = {d: {t: math.ceil(v * q["scale"]) for t, v in w.items() if math.ceil(v * q["scale"]) >= 1}
+                 for d, w in impacts.items()}
+    assert _postings(index / "deepimpact") == quantized
+    assert max(max(w.values()) for w in quantized.values()) == 256
+    run = ImpactRetriever(Index(index))([Query(q, t) for q, t in WEIGHTING_QUERIES], k=10)
+    for qid, text in WEIGHTING_QUERIES:
+        qt = set(unique_terms(text))
+        want = {d: sum(v for t, v in w.items() if t in qt) for d, w in quantized.items()}
+        got = {h.doc_id: h.score for h in run[qid]}
+        assert got == {d: float(s) for d, s in want.items() if s > 0}
+
+
+def test_learned_pipelines_run(learned_tiny):
+    from indexer.index_dir import Index
+    from ranker import registry
+    from weir.types import Query
+
+    _, _, index = learned_tiny
+    idx = Index(index)
+    for name in ("deepct", "deepimpact", "deepimpact+bm25"):
+        run = registry.build(name, idx)([Query("q3", "vitamin D bone")], k=3)
+        assert run["q3"] and {h.doc_id for h in run["q3"]} <= {d["id"] for d in WEIGHTING_DOCS}
+        assert name != "deepimpact+bm25" or run["q3"][0].doc_id == "d4"  # BM25's half ranks the vitamin D paper first

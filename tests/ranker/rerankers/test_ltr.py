@@ -1,0 +1,136 @@
+"""LTR: features of hand-built pairs against hand computation, the LightGBM model round trip, and the reranker's
+promise (never drop or invent a candidate; hits below depth follow in their old order)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ranker.rerankers.ltr_features import FEATURES, bm25_idf, min_span, pair_features
+from weir.types import Hit, Query, Run
+
+
+def test_min_span():
+    assert min_span({"a": [0, 9], "b": [5]}) == 5  # [5, 9]
+    assert min_span({"a": [0], "b": [1], "c": [7]}) == 8
+    assert min_span({"a": [3]}) == 1
+
+
+def test_pair_features_by_hand():
+    idf = {"appl": 1.0, "banana": 2.0, "kiwi": 3.0}
+    q = ["appl", "banana", "kiwi"]
+    doc = ["appl", "pie", "appl", "banana", "split", "banana"]
+    title = ["appl", "pie"]
+    f = pair_features(q, doc, title, idf, avg_title_len=4.0)
+    assert f["query_len"] == 3 and f["doc_len"] == 6 and f["title_len"] == 2
+    assert f["coverage"] == pytest.approx(2 / 3)
+    assert f["idf_coverage"] == pytest.approx(3 / 6)
+    assert f["matched_tf"] == pytest.approx(4 / 6)
+    assert (f["idf_sum"], f["idf_max"], f["idf_mean"], f["matched_idf_max"]) == (6.0, 3.0, 2.0, 2.0)
+    assert f["title_coverage"] == pytest.approx(1 / 3)
+    # title BM25 (k1=0.9, b=0.4): only "appl" (tf 1) matches; length 2, average 4
+    assert f["title_bm25"] == pytest.approx(1.0 * 1 / (1 + 0.9 * (1 - 0.4 + 0.4 * 2 / 4)))
+    # shortest window holding appl and banana: positions 2..3 -> 2 tokens; 2 matched terms / 2
+    assert f["min_span"] == pytest.approx(1.0)
+    # query bigrams (appl, banana) present, (banana, kiwi) not
+    assert f["bigram_match"] == pytest.approx(0.5)
+
+
+def test_features_of_tiny_index_by_hand(tiny_index):
+    from ranker.rerankers.ltr_features import FeatureExtractor
+
+    fx = FeatureExtractor(tiny_index)
+    assert fx.lucene.analyze("Apple pie apple banana split with banana") == ["appl", "pie", "appl", "banana", "split", "banana"]
+    run = Run({"q": [Hit("d3", 5.0, 1), Hit("d1", 3.0, 2), Hit("d2", 1.0, 3)]})
+    X, rows = fx.extract([Query("q", "apple banana")], run, depth=3)
+    assert rows == [("q", 0), ("q", 1), ("q", 2)]
+    col = {n: i for i, n in enumerate(FEATURES)}
+    lengths = {"d1": 6, "d2": 2, "d3": 5}  # analyzed contents: title + text
+    avgdl = sum(lengths.values()) / 3
+    idf = bm25_idf(3, 2)  # appl and banana each in two of three documents
+
+    def bm25(tf, dl):
+        return idf * tf / (tf + 0.9 * (1 - 0.4 + 0.4 * dl / avgdl))
+
+    expected = {"d3": bm25(1, 5) + bm25(1, 5), "d1": bm25(2, 6) + bm25(2, 6), "d2": 0.0}
+    for i, doc in enumerate(["d3", "d1", "d2"]):
+        assert X[i, col["bm25"]] == pytest.approx(expected[doc], rel=1e-5)
+        assert X[i, col["first_rank"]] == i + 1
+    assert X[:, col["bm25_norm"]].max() == pytest.approx(1.0)
+    np.testing.assert_allclose(X[:, col["first_score_norm"]], [1.0, 0.5, 0.0])
+    assert np.isnan(X[:, col["deepimpact"]]).all() and np.isnan(X[:, col["attention_norm"]]).all()
+    # dense cosine: the stored float16 passage vectors against the query embedding
+    qv = fx.encoder.encode_queries(["apple banana"])[0]
+    stored = np.asarray(fx.dense.vectors, dtype=np.float32)
+    for i, doc in enumerate(["d3", "d1", "d2"]):
+        assert X[i, col["dense_cos"]] == pytest.approx(float(stored[fx.dense.row_of[doc]] @ qv), abs=1e-5)
+    assert np.nanmax(X[:, col["dense_cos_gap"]]) == pytest.approx(0.0)
+    # title BM25 of d3 ("Banana bread": banana matches; titles of lengths 2, 0, 2 -> average 4/3)
+    assert X[0, col["title_bm25"]] == pytest.approx(idf * 1 / (1 + 0.9 * (1 - 0.4 + 0.4 * 2 / (4 / 3))), rel=1e-5)
+
+
+def _tiny_model(tmp_path):
+    import lightgbm as lgb
+
+    from ranker.rerankers.ltr import LTRModel
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, len(FEATURES))).astype(np.float32)
+    y = (X[:, 0] + 0.1 * rng.normal(size=200) > 0.5).astype(int)
+    booster = lgb.train({"objective": "lambdarank", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5},
+                        lgb.Dataset(X, y, group=[20] * 10), num_boost_round=5)
+    model = LTRModel(booster, FEATURES, {"kind": "ltr", "test": True})
+    model.save(tmp_path / "m")
+    return model, X
+
+
+def test_ltr_model_round_trip(tmp_path):
+    from ranker.rerankers.ltr import LTRModel
+
+    model, X = _tiny_model(tmp_path)
+    loaded = LTRModel.load(tmp_path / "m")
+    assert loaded.features == list(FEATURES) and loaded.card["kind"] == "ltr"
+    np.testing.assert_array_equal(model.predict(X), loaded.predict(X))
+
+
+def test_ltr_reranker_keeps_candidates(tiny_index, tmp_path):
+    from ranker.rerankers.ltr import LTRReranker
+
+    _tiny_model(tmp_path)
+    reranker = LTRReranker(tiny_index, tmp_path / "m", depth=2)
+    run = Run({"q": [Hit("d2", 3.0, 1), Hit("d3", 2.0, 2), Hit("d1", 1.0, 3)], "empty": []})
+    out = reranker([Query("q", "apple banana"), Query("empty", "nothing")], run, k=10)
+    assert sorted(h.doc_id for h in out["q"]) == ["d1", "d2", "d3"]
+    assert out["q"][-1].doc_id == "d1"  # below depth: keeps its place after the reranked ones
+    assert out["empty"] == []
+    assert all(not math.isnan(h.score) for h in out["q"])
+
+
+def test_boosting_from_a_feature_round_trips(tmp_path):
+    """--init-from: the trees start from a feature standardized per query; the saved model adds it back at predict
+    time, so scores survive save/load, and with no trees' say the ranking is the feature's."""
+    import lightgbm as lgb
+
+    from ranker.rerankers.ltr import LTRModel, base_scores
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, len(FEATURES))).astype(np.float32)
+    col = FEATURES.index("attention")
+    y = (X[:, col] > 0.3).astype(int)
+    groups = [20, 20, 20]
+    base = base_scores(X, groups, col)
+    first = X[:20, col]
+    np.testing.assert_allclose(base[:20], (first - first.mean()) / first.std(), rtol=1e-5)
+    booster = lgb.train({"objective": "lambdarank", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5},
+                        lgb.Dataset(X, y, group=groups, init_score=base), num_boost_round=3)
+    model = LTRModel(booster, FEATURES, {"kind": "ltr"}, init_from="attention")
+    model.save(tmp_path / "m")
+    loaded = LTRModel.load(tmp_path / "m")
+    qids = ["a"] * 20 + ["b"] * 20 + ["c"] * 20
+    assert loaded.init_from == "attention"
+    np.testing.assert_allclose(loaded.predict(X, qids), booster.predict(X) + base, rtol=1e-6)
+    np.testing.assert_allclose(loaded.predict(X, qids), model.predict(X, qids))
+    with pytest.raises(ValueError, match="query ids"):
+        loaded.predict(X)

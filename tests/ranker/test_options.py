@@ -1,0 +1,39 @@
+"""Typed stage options from flat keys and STAGE.FIELD keys: each key reaches exactly the stages it concerns, and a bad
+key or value is one clear error."""
+
+from __future__ import annotations
+
+import pytest
+
+from ranker.options import BM25Options, PipelineOptions
+from weir.types import InputError
+
+
+def test_flat_keys_reach_every_stage_they_concern():
+    o = PipelineOptions.from_mapping({"k1": 1.2, "threads": 2, "device": "cpu", "depth": 50, "batch_size": 8,
+                                      "fusion": "rrf", "ltr_model": "m", "dense_model": None})
+    assert (o.bm25.k1, o.bm25.b, o.bm25.threads) == (1.2, 0.4, 2)
+    assert o.deepct.threads == o.deepimpact.threads == 2 and o.deepct.k1 == 10.0  # DeepCT's own k1 is untouched
+    assert o.dense.device == o.ltr.device == o.attention.device == o.crossencoder.device == "cpu"
+    assert o.ltr.depth == o.attention.depth == o.crossencoder.depth == 50 and o.ltr.batch_size is None
+    assert o.hybrid.method == o.deepimpact_bm25.method == "rrf" and o.ltr.model == "m"
+    assert o.dense.model is None  # None means "the default"
+
+
+def test_stage_keys_set_one_stage():
+    o = PipelineOptions.from_mapping({"device": "cpu", "attention.device": "cuda", "deepimpact+bm25.weights": "0.3,0.7"})
+    assert (o.attention.device, o.ltr.device, o.dense.device) == ("cuda", "cpu", "cpu")
+    assert o.deepimpact_bm25.weights == "0.3,0.7" and o.hybrid.weights is None
+    assert PipelineOptions().updated({"b": 0.75}).bm25 == BM25Options(b=0.75)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"k2": 1}, "unknown pipeline option 'k2'"),
+    ({"attention.colour": "red"}, "unknown pipeline option"),
+    ({"k1": -1}, "BM25 needs k1 >= 0"),
+    ({"b": 2}, "0 <= b <= 1"),
+    ({"depth": 0}, "depth must be at least 1"),
+])
+def test_bad_options_are_input_errors(values, message):
+    with pytest.raises(InputError, match=message):
+        PipelineOptions.from_mapping(values)

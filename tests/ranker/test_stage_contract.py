@@ -1,0 +1,100 @@
+"""The stage contract, asked of every registered stage (as PyTerrier's and rerankers' shared tests do): on a small index
+with every component, each first stage returns hits sorted by score and ranked from 1, at most ``k`` of them, each
+carrying its own score; each reranker keeps exactly the candidates it was given, reorders its top ``depth`` by its
+own score and leaves the rest below in their order; a pipeline records every stage's wall time."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ranker import registry
+from ranker.options import PipelineOptions
+from ranker.stage import CandidateRun, Pipeline, Reranker
+from weir.types import Query
+
+TEXTS = [
+    ("Coffee and health", "Drinking coffee may lower the risk of liver disease and type 2 diabetes."),
+    ("Tea", "Green tea contains catechins; tea drinkers report less heart disease."),
+    ("Roasting", "Coffee beans are roasted at high temperature, which changes their flavour."),
+    ("Sleep", "Caffeine in coffee and tea delays sleep onset in adults."),
+    ("Rain", "The rain in Spain stays mainly in the plain."),
+    ("Diabetes", "Type 2 diabetes risk rises with obesity and falls with exercise."),
+    ("Liver", "The liver clears caffeine; liver disease slows caffeine clearance."),
+    ("Heart", "Heart disease is the leading cause of death worldwide."),
+    ("Exercise", "Regular exercise lowers blood pressure and the risk of heart disease."),
+    ("Espresso", "Espresso is coffee brewed by forcing hot water through finely ground beans."),
+    ("", "Caffeine is a stimulant found in coffee, tea, cola and chocolate."),
+    ("Chocolate", "Dark chocolate contains flavonoids and a little caffeine."),
+]
+QUERIES = [Query("q1", "coffee and liver disease"), Query("q2", "caffeine sleep"), Query("q3", "heart disease risk")]
+K, DEPTH = 5, 4
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    """Every index component over TEXTS (the committed learned-weight heads), and an untrained cross-encoder."""
+    import torch
+
+    from indexer.build import build_index
+    from indexer.index_dir import Index
+
+    root = tmp_path_factory.mktemp("contract")
+    (root / "coll").mkdir()
+    (root / "coll" / "corpus.jsonl").write_text("".join(
+        json.dumps({"id": f"d{i}", "title": title, "text": text}) + "\n" for i, (title, text) in enumerate(TEXTS)))
+    build_index(root / "coll", root / "index", components=("bm25", "dense", "deepct", "deepimpact"))
+    crossencoder = root / "crossencoder"
+    crossencoder.mkdir()
+    (crossencoder / "crossencoder.json").write_text(json.dumps(
+        {"kind": "crossencoder", "base_model": "all-MiniLM-L6-v2", "max_length": 64}))
+    torch.manual_seed(0)
+    torch.save(torch.nn.Linear(384, 1).state_dict(), crossencoder / "cls_head.pt")
+    return Index(root / "index"), PipelineOptions.from_mapping({"crossencoder_model": str(crossencoder),
+                                                                "depth_per_stage": 20})
+
+
+def _sorted_and_ranked(hits) -> bool:
+    return (all(a.score >= b.score for a, b in zip(hits, hits[1:]))
+            and [h.rank for h in hits] == list(range(1, len(hits) + 1)))
+
+
+@pytest.mark.parametrize("name", sorted(registry.FIRST_STAGES))
+def test_first_stage_contract(index, name):
+    opened, options = index
+    pipeline = registry.build(name, opened, options)
+    run = pipeline(QUERIES, k=K)
+    assert set(run) == {q.id for q in QUERIES}
+    for q in QUERIES:
+        hits = run[q.id]
+        assert 0 < len(hits) <= K and _sorted_and_ranked(hits)
+        assert len({h.doc_id for h in hits}) == len(hits)
+        assert all(h.stage_scores[name] == pytest.approx(h.score) for h in hits)
+    assert set(run.timings) == {name} and run.timings[name] > 0
+    # the first k hits of a deeper run: k only cuts
+    deeper = pipeline(QUERIES, k=K + 3)
+    assert all([h.doc_id for h in deeper[q.id][:K]] == [h.doc_id for h in run[q.id]] for q in QUERIES)
+
+
+@pytest.mark.parametrize("name", sorted(registry.RERANKERS))
+def test_reranker_contract(index, name):
+    opened, options = index
+    candidates = registry.build("bm25", opened, options)(QUERIES, k=len(TEXTS))
+    reranker = registry.build_stage(name, opened, options)
+    assert isinstance(reranker, Reranker)
+    pipeline = Pipeline([CandidateRun(candidates), reranker])  # as `weir run --candidates` does
+    run = pipeline(QUERIES, k=len(TEXTS), depth=DEPTH)
+    for q in QUERIES:
+        given, got = candidates[q.id], run[q.id]
+        assert sorted(h.doc_id for h in got) == sorted(h.doc_id for h in given)  # none dropped, none invented
+        assert _sorted_and_ranked(got)
+        top = {h.doc_id for h in given[:DEPTH]}
+        assert {h.doc_id for h in got[:DEPTH]} == top  # the top depth reordered among themselves
+        assert all(name in h.stage_scores and h.stage_scores[name] == pytest.approx(h.score) for h in got[:DEPTH])
+        assert [h.doc_id for h in got[DEPTH:]] == [h.doc_id for h in given[DEPTH:]]  # the rest keep their order
+        assert all("bm25" in h.stage_scores for h in got)  # earlier stages' scores are kept
+    assert list(run.timings) == ["candidates", name] and run.timings[name] > 0
+    cut = pipeline(QUERIES, k=2, depth=DEPTH)
+    assert all([h.doc_id for h in cut[q.id]] == [h.doc_id for h in run[q.id][:2]] for q in QUERIES)
+

@@ -1,5 +1,0 @@
-import sys
-
-from weir.cli import main
-
-sys.exit(main())
