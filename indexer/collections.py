@@ -22,6 +22,7 @@ from pathlib import Path
 from weir.trec import iter_qrels, read_lines, read_topics
 from weir.types import Document, InputError, Query
 
+
 @dataclass
 class CorpusStats:
     """Filled in while a corpus is streamed; complete once the iterator is exhausted."""

@@ -27,17 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from ranker.evaluation.measures import evaluate
-from ranker.rerankers.backbone import (
-    NA_QUERY,
-    QUERY_MAX_TOKENS,
-    load_backbone,
-    mean_over_query,
-)
-from ranker.rerankers.relevance_attention import (
-    RelevanceAttention,
-    pad_states,
-    token_states,
-)
+from ranker.rerankers.backbone import NA_QUERY, QUERY_MAX_TOKENS, load_backbone, mean_over_query
+from ranker.rerankers.relevance_attention import RelevanceAttention, pad_states, token_states
 from ranker.stage import apply_scores
 from ranker.training.attention import AttnTrainConfig, TrainingInputs
 from ranker.training.common import DataSet, fit_and_write

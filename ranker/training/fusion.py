@@ -17,14 +17,7 @@ from typing import Any
 
 from ranker.evaluation.measures import evaluate
 from ranker.options import PipelineOptions
-from ranker.retrievers.hybrid import (
-    DEFAULT_DEPTH,
-    DEFAULT_STAGES,
-    RRF_K,
-    check_method,
-    normalize,
-    tuning_path,
-)
+from ranker.retrievers.hybrid import DEFAULT_DEPTH, DEFAULT_STAGES, RRF_K, check_method, normalize, tuning_path
 from weir.provenance import sha256_file, utc_now, write_json
 from weir.trec import read_qrels, read_topics
 from weir.types import InputError, Run

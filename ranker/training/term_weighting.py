@@ -31,15 +31,7 @@ from tqdm import tqdm
 
 from indexer.collections import Collection
 from indexer.weighting.cache import cached_term_vectors
-from indexer.weighting.model import (
-    FEATURES,
-    KINDS,
-    MAX_LENGTH,
-    Backbone,
-    TermStatistics,
-    make_head,
-    save,
-)
+from indexer.weighting.model import FEATURES, KINDS, MAX_LENGTH, Backbone, TermStatistics, make_head, save
 from indexer.weighting.terms import unique_terms
 from ranker.evaluation.measures import evaluate
 from ranker.training.fusion import interpolation_weight

@@ -6,10 +6,7 @@ import json
 
 import pytest
 
-from ranker.evaluation.experiment import (
-    Config,
-    run_experiment,
-)
+from ranker.evaluation.experiment import Config, run_experiment
 from service.cli import main
 from tests.conftest import collection
 

@@ -6,11 +6,7 @@ import json
 
 import pytest
 
-from ranker.evaluation.experiment import (
-    Config,
-    parse_pipelines,
-    run_experiment,
-)
+from ranker.evaluation.experiment import Config, parse_pipelines, run_experiment
 from ranker.evaluation.measures import evaluate
 from service import cli
 from tests.conftest import collection

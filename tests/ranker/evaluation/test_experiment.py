@@ -8,12 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ranker.evaluation.experiment import (
-    Config,
-    load_config,
-    parse_pipelines,
-    run_experiment,
-)
+from ranker.evaluation.experiment import Config, load_config, parse_pipelines, run_experiment
 from service import cli
 from weir.types import InputError
 

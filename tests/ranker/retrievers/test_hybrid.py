@@ -8,15 +8,7 @@ import math
 import pytest
 
 from ranker.options import FusionOptions, PipelineOptions
-from ranker.retrievers.hybrid import (
-    HybridRetriever,
-    fuse_runs,
-    hybrid_settings,
-    linear,
-    normalize,
-    parse_weights,
-    rrf,
-)
+from ranker.retrievers.hybrid import HybridRetriever, fuse_runs, hybrid_settings, linear, normalize, parse_weights, rrf
 from ranker.stage import Retriever
 from weir.types import Hit, InputError, Query, Run
 

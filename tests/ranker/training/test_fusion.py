@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ranker.retrievers.hybrid import (
-    fuse_runs,
-)
+from ranker.retrievers.hybrid import fuse_runs
 from weir.types import Hit, Run
 
 

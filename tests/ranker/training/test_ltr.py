@@ -32,6 +32,7 @@ def test_rounds_chosen_by_inner_cross_validation():
     """--rounds-by cv: the number of rounds maximizes the mean inner-fold validation nDCG@10 curve, and the final
     model is trained on every training query with that many rounds."""
     import lightgbm as lgb
+
     from ranker.training.common import folds_of
     from ranker.training.ltr import DEFAULT_PARAMS, Examples, TrainConfig, _fit_on, rounds_by_cv
 
