@@ -36,7 +36,7 @@ def main() -> None:
             build_index(coll, index_dir)
         topics = read_topics(coll / "queries.tsv")
         index = Index(index_dir)
-        weir_bm25 = BM25(index, threads=args.threads)
+        weir_bm25 = BM25(index)
         from pyserini.search.lucene import LuceneSearcher
 
         pyserini = LuceneSearcher(str(index.component_path("bm25")))

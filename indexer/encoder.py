@@ -79,21 +79,27 @@ class Encoder:
                 "pooling": self.pooling, "normalize": self.normalize, "dim": self.dim,
                 "passage_max_length": self.passage_max_length, "query_max_length": self.query_max_length}
 
-    def encode(self, texts: Sequence[str], max_length: int, batch_size: int | None = None) -> np.ndarray:
+    def encode(self, texts: Sequence[str], max_length: int, batch_size: int | None = None, *,
+               exact: bool = False) -> np.ndarray:
         """Encode ``texts`` in batches sorted by length (longest first: a memory problem shows at once); returns
-        float32 (len(texts), dim) in the input order."""
+        float32 (len(texts), dim) in the input order. ``exact``: each text in a forward pass of its own, so that its
+        embedding does not depend on what else is encoded with it (a transformer's output for a row changes in the
+        last bits with the padding and even with the number of rows of its batch)."""
         torch = self._torch
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
         batch_size = batch_size or self.batch_size
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        if exact:
+            batches = [[i] for i in range(len(texts))]
+        else:
+            order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+            batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
         # a handful of texts (a single query) is too little work to share between threads: on a busy CPU the
         # threads' barriers cost more than they save (measured here: 700 ms -> 21 ms for one query, 2 cores shared)
-        few = self.device == "cpu" and len(texts) <= SMALL_BATCH
+        few = self.device == "cpu" and (exact or len(texts) <= SMALL_BATCH)
         with self._lock, torch.inference_mode(), intra_op_threads(1 if few else None):
-            for start in range(0, len(order), batch_size):
-                idx = order[start:start + batch_size]
+            for idx in batches:
                 enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=max_length,
                                      return_tensors="pt").to(self.device)
                 hidden = self.model(**enc).last_hidden_state.float()  # pool in fp32 (fp16 sums lose digits)
@@ -111,7 +117,8 @@ class Encoder:
         return self.encode(texts, self.passage_max_length, batch_size)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Query embeddings, from the per-process LRU cache where the same text was encoded before."""
+        """Query embeddings (each the same whatever other queries come with it), from the per-process LRU cache where
+        the same text was encoded before."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         missing: dict[str, list[int]] = {}
         with self._lock:
@@ -123,7 +130,7 @@ class Encoder:
                 else:
                     missing.setdefault(text, []).append(i)
         if missing:
-            new = self.encode(list(missing), self.query_max_length)
+            new = self.encode(list(missing), self.query_max_length, exact=True)
             with self._lock:
                 for (text, rows), vec in zip(missing.items(), new):
                     out[rows] = vec

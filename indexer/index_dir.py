@@ -12,13 +12,13 @@ import hashlib
 import json
 import os
 import shutil
-import threading
 import time
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from weir import jvm
 from weir.types import Document, InputError
 
 MANIFEST = "manifest.json"
@@ -115,7 +115,6 @@ class Index:
         self.manifest = read_manifest(self.path)
         if verify_checksums:
             verify(self.path, self.manifest)
-        self._lock = threading.Lock()
 
     @property
     def components(self) -> list[str]:
@@ -132,14 +131,13 @@ class Index:
     @cached_property
     def lucene(self):
         """The pyserini searcher over the BM25 index (also the store of raw documents)."""
-        from weir import jvm
-
         jvm.ensure()
         from pyserini.search.lucene import LuceneSearcher
 
-        with self._lock:
+        with jvm.lock:
             return LuceneSearcher(str(self.component_path("bm25")))
 
+    @jvm.serialized
     def documents(self, doc_ids: list[str], threads: int = 4) -> dict[str, Document]:
         """Title and text of the given documents, from the raw documents stored in the BM25 index."""
         found = self.lucene.batch_doc(list(dict.fromkeys(doc_ids)), threads)

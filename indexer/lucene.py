@@ -23,6 +23,7 @@ def _indexer(out: Path, args: list[str], threads: int):
     return LuceneIndexer(args=["-index", str(out), *args], threads=threads)
 
 
+@jvm.serialized
 def build_bm25(documents: Iterable[Document], out: Path, *, threads: int | None = None) -> dict:
     """Index ``documents`` into a Lucene index at ``out``: field ``contents`` = title + " " + text (what BM25 scores),
     field ``title`` (for field-level features), raw JSON stored (for titles and texts at search time), positions and
@@ -48,6 +49,7 @@ def build_bm25(documents: Iterable[Document], out: Path, *, threads: int | None 
     }
 
 
+@jvm.serialized
 def index_pretokenized(out: Path, contents: Iterable[tuple[str, str]], args: list[str],
                        threads: int | None) -> tuple[int, int]:
     """Index (docid, whitespace-separated terms) pairs with ``-pretokenized`` (plus ``args``, e.g. ``-impact``); a
@@ -65,6 +67,7 @@ def index_pretokenized(out: Path, contents: Iterable[tuple[str, str]], args: lis
     return write_docid_table(out), empty
 
 
+@jvm.serialized
 def open_reader(path: Path):
     """A Lucene ``IndexReader`` over the index at ``path``."""
     directory = jvm.autoclass("org.apache.lucene.store.FSDirectory").open(
@@ -78,6 +81,7 @@ def _stored_ids(reader) -> list[str]:
     return [stored.document(i).get("id") for i in range(reader.maxDoc())]
 
 
+@jvm.serialized
 def write_docid_table(path: Path) -> int:
     """Write ``docids.txt`` (collection id of each Lucene doc number, one per line) beside a finished index."""
     reader = open_reader(path)
@@ -89,6 +93,7 @@ def write_docid_table(path: Path) -> int:
         reader.close()
 
 
+@jvm.serialized
 def read_docid_table(path: Path, reader) -> list[str]:
     """The collection id of each Lucene doc number: ``docids.txt``, or for an index built by another tool, the
     stored ``id`` fields read once through ``reader``."""

@@ -3,7 +3,7 @@ of each, built in one place (:meth:`PipelineOptions.from_mapping`) from the comm
 ``bm25[k1=1.2]`` brackets, a config file or a request.
 
 A flat key sets the field of every stage it concerns (``device`` sets the device of the dense query encoder and of
-each reranker; ``threads`` the Lucene search threads of every sparse stage; ``depth`` how many candidates each
+each reranker; ``depth`` how many candidates each
 reranker rescores); a key ``STAGE.FIELD`` sets one stage's field only (``attention.device=cuda``,
 ``dense.device=cpu``). ``None`` means "the stage's default" (for fusion: as tuned, see :mod:`ranker.retrievers.hybrid`).
 """
@@ -22,7 +22,6 @@ from weir.types import InputError
 class BM25Options:
     k1: float = 0.9
     b: float = 0.4
-    threads: int | None = None  # Lucene search threads; None: all cores
 
     def __post_init__(self):
         if self.k1 < 0 or not 0 <= self.b <= 1:
@@ -37,7 +36,7 @@ class DeepCTOptions(BM25Options):
 
 @dataclass(frozen=True)
 class ImpactOptions:
-    threads: int | None = None
+    """DeepImpact search has no settings: its weights are in the index."""
 
 
 @dataclass(frozen=True)
@@ -105,14 +104,12 @@ class PipelineOptions:
 
 
 RERANKERS = ("ltr", "attention", "crossencoder")
-SPARSE = ("bm25", "deepct", "deepimpact")
 # flat key -> the (stage, field) pairs it sets
 FLAT_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     "k1": (("bm25", "k1"),),
     "b": (("bm25", "b"),),
     "deepct_k1": (("deepct", "k1"),),
     "deepct_b": (("deepct", "b"),),
-    "threads": tuple((s, "threads") for s in SPARSE),
     "dense_model": (("dense", "model"),),
     "ef_search": (("dense", "ef_search"),),
     "nprobe": (("dense", "nprobe"),),

@@ -24,6 +24,7 @@ from ranker.options import (
     RerankerOptions,
 )
 from ranker.stage import Pipeline, Reranker, Retriever, Stage
+from weir.runtime import shipped_model
 from weir.types import InputError
 
 # build(name) -> another first stage over the same index with its own options (what a fusion of stages needs)
@@ -33,16 +34,19 @@ BuildStage = Callable[[str], Retriever]
 @dataclass(frozen=True)
 class Entry:
     """A registered stage: ``options`` names its field of :class:`PipelineOptions`; ``make(index, own options,
-    build)`` returns the stage."""
+    build)`` returns the stage; ``requires`` the index components it reads; ``model`` the shipped model it loads
+    when its options name none (``models/<model>``)."""
 
     options: str
     make: Callable[[Index, Any, BuildStage], Stage]
+    requires: tuple[str, ...] = ()
+    model: str | None = None
 
 
 def _bm25(index: Index, o: BM25Options, _: BuildStage) -> Retriever:
     from ranker.retrievers.bm25 import BM25
 
-    return BM25(index, k1=o.k1, b=o.b, threads=o.threads)
+    return BM25(index, k1=o.k1, b=o.b)
 
 
 def _dense(index: Index, o: DenseOptions, _: BuildStage) -> Retriever:
@@ -66,13 +70,13 @@ def _hybrid(index: Index, o: FusionOptions, build: BuildStage) -> Retriever:
 def _deepct(index: Index, o: DeepCTOptions, _: BuildStage) -> Retriever:
     from ranker.retrievers.learned_sparse import DeepCTRetriever
 
-    return DeepCTRetriever(index, k1=o.k1, b=o.b, threads=o.threads)
+    return DeepCTRetriever(index, k1=o.k1, b=o.b)
 
 
 def _deepimpact(index: Index, o: ImpactOptions, _: BuildStage) -> Retriever:
     from ranker.retrievers.learned_sparse import ImpactRetriever
 
-    return ImpactRetriever(index, threads=o.threads)
+    return ImpactRetriever(index)
 
 
 def _deepimpact_bm25(index: Index, o: FusionOptions, build: BuildStage) -> Retriever:
@@ -104,19 +108,42 @@ def _crossencoder(index: Index, o: RerankerOptions, _: BuildStage) -> Reranker:
 
 
 FIRST_STAGES: dict[str, Entry] = {
-    "bm25": Entry("bm25", _bm25),
-    "dense": Entry("dense", _dense),
-    "hybrid": Entry("hybrid", _hybrid),
-    "deepct": Entry("deepct", _deepct),
-    "deepimpact": Entry("deepimpact", _deepimpact),
-    "deepimpact+bm25": Entry("deepimpact_bm25", _deepimpact_bm25),
+    "bm25": Entry("bm25", _bm25, ("bm25",)),
+    "dense": Entry("dense", _dense, ("dense",)),
+    "hybrid": Entry("hybrid", _hybrid, ("bm25", "dense")),
+    "deepct": Entry("deepct", _deepct, ("deepct",)),
+    "deepimpact": Entry("deepimpact", _deepimpact, ("deepimpact",)),
+    "deepimpact+bm25": Entry("deepimpact_bm25", _deepimpact_bm25, ("deepimpact", "bm25")),
 }
 FUSABLE = tuple(sorted(name for name in FIRST_STAGES if name != "hybrid"))  # first stages a fusion can take
 RERANKERS: dict[str, Entry] = {
-    "ltr": Entry("ltr", _ltr),
-    "attention": Entry("attention", _attention),
-    "crossencoder": Entry("crossencoder", _crossencoder),
+    "ltr": Entry("ltr", _ltr, ("bm25",), "ltr"),
+    "attention": Entry("attention", _attention, ("bm25",), "attention"),
+    "crossencoder": Entry("crossencoder", _crossencoder, ("bm25",), "crossencoder"),
 }
+
+
+def available(name: str, index: Index, options: PipelineOptions | None = None) -> bool:
+    """Whether stage ``name`` can run over ``index``: the components it reads are there, and so is its model (the
+    one its options name, else the shipped one)."""
+    entry = FIRST_STAGES.get(name) or RERANKERS[name]
+    if not all(c in index.components for c in entry.requires):
+        return False
+    if entry.model is None or getattr(getattr(options or PipelineOptions(), entry.options), "model", None):
+        return True
+    try:
+        shipped_model(entry.model)
+    except InputError:
+        return False
+    return True
+
+
+def supported(index: Index, options: PipelineOptions | None = None) -> list[str]:
+    """Every pipeline the index supports with these options: each available first stage alone, and followed by each
+    available reranker."""
+    firsts = [n for n in FIRST_STAGES if available(n, index, options)]
+    rerankers = [n for n in RERANKERS if available(n, index, options)]
+    return firsts + [f"{f}>>{r}" for f in firsts for r in rerankers]
 
 
 def build_stage(name: str, index: Index, options: PipelineOptions | None = None) -> Stage:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from weir.types import Query, Run, replace_hit
 
@@ -78,10 +78,20 @@ class Pipeline(Stage):
         return {"name": self.name, "stages": [s.describe() for s in self.stages]}
 
     def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000,
-                 depth: int | None = None) -> Run:
-        """Run every stage; ``depth`` (when given) overrides how many candidates each reranker rescores."""
+                 depth: int | None = None, keep: Callable[[Sequence[Query]], Sequence[Query]] | None = None) -> Run:
+        """Run every stage; ``depth`` (when given) overrides how many candidates each reranker rescores.
+
+        ``keep``, when given, is asked before each stage which of the queries still want an answer (a service drops
+        those whose caller has gone or whose deadline passed); the others' work stops there, and a run without them
+        comes back (an empty one when none is left)."""
         timings: dict[str, float] = {}
         for i, stage in enumerate(self.stages):
+            if keep is not None:
+                queries = list(keep(queries))
+                if run is not None:
+                    run = Run({q.id: run[q.id] for q in queries if q.id in run}, timings=run.timings)
+                if not queries:
+                    return Run(timings=timings)
             last = i == len(self.stages) - 1
             start = time.perf_counter()
             # intermediate stages hand on as many candidates as the next stage reranks

@@ -13,9 +13,9 @@ same script measures any two versions of the code: run it once on each (``--weir
 - ``fusion.json``: what ``weir tune fusion`` chose.
 
 The indexes (SciFact: bm25, dense, deepct, deepimpact; the DL pool: bm25) are built under ``--indexes`` when missing
-and reused otherwise, so that a second version searches the very same index files. Searches run with ``--threads 1``:
-Lucene reached through pyjnius from several threads at once has returned another query's hits (seen here on SciFact
-``deepct`` before this script's first use), and a comparison of two versions must not measure that race. ``compare`` checks every run
+and reused otherwise, so that a second version searches the very same index files. Versions whose search takes
+``--threads`` run with ``--threads 1``: Lucene reached through pyjnius from several threads at once returned another
+query's hits there (seen on SciFact ``deepct``), and a comparison of two versions must not measure that race. ``compare`` checks every run
 file for the same queries, the same documents at every rank and scores within ``--tolerance`` (default 1e-6), and
 the tuned fusion for the same choice; it prints one line per file and exits 1 on any difference.
 """
@@ -53,6 +53,8 @@ def _weir(command: list[str], *args: str) -> float:
 
 def write_runs(out: Path, indexes: Path, command: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    run_help = subprocess.run(command + ["run", "--help"], capture_output=True, text=True, check=True).stdout
+    one_thread = ["--threads", "1"] if "--threads" in run_help else []
     scifact, dl = indexes / "scifact", indexes / "dl-pool"
     if not (scifact / "manifest.json").is_file():
         _weir(command, "index", "build", "--collection", str(SCIFACT), "--out", str(scifact),
@@ -60,7 +62,7 @@ def write_runs(out: Path, indexes: Path, command: list[str]) -> None:
     if not (dl / "manifest.json").is_file():
         _weir(command, "index", "build", "--collection", str(DL), "--out", str(dl))
     _weir(command, "tune", "fusion", "--index", str(scifact), "--topics", str(SCIFACT / "queries.train.tsv"),
-          "--qrels", str(SCIFACT / "qrels.train.txt"), "--threads", "1")
+          "--qrels", str(SCIFACT / "qrels.train.txt"), *one_thread)
     tuned = json.loads((scifact / "tuning" / "fusion.json").read_text())
     (out / "fusion.json").write_text(json.dumps({k: tuned[k] for k in ("best", "best_by_method", "single_stages")},
                                                 indent=1) + "\n")
@@ -68,11 +70,11 @@ def write_runs(out: Path, indexes: Path, command: list[str]) -> None:
     for name, (pipeline, k) in SCIFACT_RUNS.items():
         seconds[f"scifact.{name}"] = _weir(
             command, "run", "--index", str(scifact), "--topics", str(SCIFACT / "queries.tsv"), "--pipeline", pipeline,
-            "-k", str(k), "--threads", "1", "--out", str(out / f"scifact.{name}.trec"))
+            "-k", str(k), *one_thread, "--out", str(out / f"scifact.{name}.trec"))
     for reranker in DL_RERANKERS:
         seconds[f"dl19.{reranker}"] = _weir(
             command, "run", "--index", str(dl), "--topics", str(DL / "queries.tsv"), "--candidates",
-            str(DL / "runs" / "BM25_dl19.top100.trec"), "--pipeline", reranker, "-k", "100", "--threads", "1",
+            str(DL / "runs" / "BM25_dl19.top100.trec"), "--pipeline", reranker, "-k", "100", *one_thread,
             "--out", str(out / f"dl19.{reranker}.trec"))
     (out / "seconds.json").write_text(json.dumps(seconds, indent=1) + "\n")
 

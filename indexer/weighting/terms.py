@@ -43,7 +43,10 @@ def analyze_word(word: str) -> tuple[str, ...]:
     """The terms of one word (``()`` for a stopword); memoized."""
     terms = _cache.get(word)
     if terms is None:
-        terms = tuple(_analyzer()(word))
+        from weir import jvm
+
+        with jvm.lock:
+            terms = tuple(_analyzer()(word))
         if len(_cache) < 2_000_000:
             _cache[word] = terms
     return terms

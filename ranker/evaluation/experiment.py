@@ -55,7 +55,7 @@ class Config:
     remove_identical: bool = False
     k: int = 1000
     warmup: int = 20  # queries run through each pipeline, untimed, before the timed batch
-    options: dict[str, Any] = field(default_factory=dict)  # options for every pipeline (e.g. threads)
+    options: dict[str, Any] = field(default_factory=dict)  # options for every pipeline (e.g. device)
 
 
 def _value(text: str) -> Any:

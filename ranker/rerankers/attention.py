@@ -31,13 +31,13 @@ from ranker.rerankers.backbone import (
     NA_QUERY,
     QUERY_MAX_TOKENS,
     ModelDirectory,
-    encode_pairs,
+    pair_batches,
     passage_mass,
     segment_masks,
 )
 from ranker.stage import Reranker, apply_scores
 from weir.runtime import autocast, shipped_model
-from weir.types import Query, Run
+from weir.types import Query, Run, same_length_batches
 
 
 class AttentionModel:
@@ -63,10 +63,7 @@ class AttentionModel:
         if self.late:
             import torch
 
-            from ranker.rerankers.relevance_attention import (
-                RelevanceAttention,
-                StateCache,
-            )
+            from ranker.rerankers.relevance_attention import RelevanceAttention, StateCache
 
             self.relevance = RelevanceAttention(self.model.config.hidden_size, int(self.settings["relevance_heads"]),
                                                 float(self.settings.get("temperature", 0.05)))
@@ -78,17 +75,14 @@ class AttentionModel:
     def masses(self, queries: Sequence[str], passages: Sequence[str], batch_size: int,
                doc_ids: Sequence[str] | None = None) -> list:
         """Per pair: the selected heads' (log, in late interaction) attention masses on the passage, (K, Lq) over its
-        query word pieces as a numpy array; batched by length."""
+        query word pieces as a numpy array; pairs batched with pairs of the same length (no padding)."""
         if self.late:
             return self._late_masses(queries, passages, batch_size, doc_ids)
         import torch
 
-        order = sorted(range(len(queries)), key=lambda i: len(queries[i]) + len(passages[i]))
         out: list = [None] * len(queries)
         with self._lock, torch.inference_mode(), autocast(self.device):
-            for start in range(0, len(order), batch_size):
-                idx = order[start:start + batch_size]
-                enc = encode_pairs(self.tokenizer, [queries[i] for i in idx], [passages[i] for i in idx], self.max_length)
+            for idx, enc in pair_batches(self.tokenizer, queries, passages, self.max_length, batch_size):
                 qmask, pmask = segment_masks(enc)
                 enc = {k: v.to(self.device) for k, v in enc.items()}
                 attn = self.model(**enc, output_attentions=True).attentions
@@ -99,10 +93,10 @@ class AttentionModel:
                     out[i] = mass[j][:, qm[j]]
         return out
 
-    def encode_states(self, texts: Sequence[str], max_length: int) -> list:
+    def encode_states(self, texts: Sequence[str], max_length: int, batch_size: int = 64) -> list:
         from ranker.rerankers.relevance_attention import token_states
 
-        return token_states(self.model, self.tokenizer, texts, max_length, device=self.device)
+        return token_states(self.model, self.tokenizer, texts, max_length, batch_size, device=self.device)
 
     def _late_masses(self, queries, passages, batch_size, doc_ids) -> list:
         """Late interaction (:mod:`ranker.rerankers.relevance_attention`): each query and each passage encoded once, alone;
@@ -114,14 +108,17 @@ class AttentionModel:
         keys = list(doc_ids) if doc_ids is not None else [f"text:{p}" for p in passages]
         unique_q = list(dict.fromkeys(queries))
         with self._lock, torch.inference_mode(), autocast(self.device):
-            q_states = dict(zip(unique_q, self.encode_states(unique_q, QUERY_MAX_TOKENS + 2)))
+            # each query alone: its states do not depend on the other queries of a (micro-)batch
+            q_states = dict(zip(unique_q, self.encode_states(unique_q, QUERY_MAX_TOKENS + 2, batch_size=1)))
             p_states = self.passage_states.get_many(keys, passages,
                                                     lambda texts: self.encode_states(texts, self.max_length))
-            order = sorted(range(len(queries)), key=lambda i: len(p_states[i]))
             out: list = [None] * len(queries)
             head_index = [h for _, h in self.heads]
-            for start in range(0, len(order), batch_size):
-                idx = order[start:start + batch_size]
+            # a query's pairs batched with its own pairs of the same passage length only: no padding, and no other
+            # query's pairs, so a pair's score does not depend on what else is scored with it (a micro-batched
+            # service's other requests included)
+            shapes = [(queries[i], len(p_states[i])) for i in range(len(queries))]
+            for idx in same_length_batches(shapes, batch_size):
                 qx, qv, qw = pad_states([q_states[queries[i]] for i in idx], self.device)
                 px, pv, pw = pad_states([p_states[i] for i in idx], self.device)
                 log_mass = self.relevance(qx, qv, px, pv, pw)[:, head_index].float().cpu().numpy()

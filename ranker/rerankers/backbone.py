@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from weir.runtime import load_pretrained, prepare_device
-from weir.types import InputError
+from weir.types import InputError, same_length_batches
 
 NA_QUERY = "N/A"  # the content-free calibration query (ICR)
 QUERY_MAX_TOKENS = 32
@@ -33,6 +33,18 @@ def encode_pairs(tokenizer, queries: Sequence[str], passages: Sequence[str], max
     qs = [tokenizer.convert_tokens_to_string(tokenizer.tokenize(q)[:QUERY_MAX_TOKENS]) for q in queries]
     return tokenizer(qs, list(passages), truncation="only_second", max_length=max_length, padding=True,
                      return_tensors="pt", return_token_type_ids=True)
+
+
+def pair_batches(tokenizer, queries: Sequence[str], passages: Sequence[str], max_length: int, batch_size: int):
+    """Yield (pair indices, their inputs) for all (query, passage) pairs, tokenized once and batched with pairs of the
+    same query and token length only: no padding and no other query's pairs, so a query's scores do not depend on
+    what else is scored with it (a micro-batched service's other requests included)."""
+    if not queries:
+        return
+    enc = encode_pairs(tokenizer, queries, passages, max_length)
+    lengths = enc["attention_mask"].sum(1).tolist()
+    for idx in same_length_batches([(q, n) for q, n in zip(queries, lengths)], batch_size):
+        yield idx, {k: v[idx, :lengths[idx[0]]] for k, v in enc.items()}
 
 
 def segment_masks(enc) -> tuple:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from indexer.index_dir import Index
-from ranker.rerankers.backbone import ModelDirectory, encode_pairs
+from ranker.rerankers.backbone import ModelDirectory, pair_batches
 from ranker.stage import Reranker, apply_scores
 from weir.runtime import autocast, shipped_model
 from weir.types import Query, Run
@@ -39,12 +39,9 @@ class CrossEncoderReranker(Reranker):
     def score(self, queries: Sequence[str], passages: Sequence[str]) -> list[float]:
         import torch
 
-        order = sorted(range(len(queries)), key=lambda i: len(queries[i]) + len(passages[i]))
         out = [0.0] * len(queries)
         with self._lock, torch.inference_mode(), autocast(self.device):
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start:start + self.batch_size]
-                enc = encode_pairs(self.tokenizer, [queries[i] for i in idx], [passages[i] for i in idx], self.max_length)
+            for idx, enc in pair_batches(self.tokenizer, queries, passages, self.max_length, self.batch_size):
                 hidden = self.model(**{k: v.to(self.device) for k, v in enc.items()}).last_hidden_state[:, 0]
                 for i, s in zip(idx, self.linear(hidden.float()).squeeze(-1).tolist()):
                     out[i] = s

@@ -118,13 +118,9 @@ def pair_features(q_terms: Sequence[str], doc_terms: Sequence[str], title_terms:
 class LuceneStats:
     """Anserini's analyzer, ``contents`` term statistics and candidate-restricted BM25 over one BM25 index."""
 
+    @jvm.serialized
     def __init__(self, index: Index, *, k1: float = K1, b: float = B, component: str = "bm25"):
-        from ranker.retrievers.lucene import (
-            LuceneReader,
-            bag_of_words,
-            bm25_similarity,
-            english_analyzer,
-        )
+        from ranker.retrievers.lucene import LuceneReader, bag_of_words, bm25_similarity, english_analyzer
 
         opened = LuceneReader(index.component_path(component), bm25_similarity(k1, b))
         self.reader, self.searcher, self.docids = opened.reader, opened.searcher, opened.docids
@@ -141,15 +137,18 @@ class LuceneStats:
         self._df: dict[str, int] = {}
         self._lock = threading.Lock()
 
+    @jvm.serialized
     def analyze(self, text: str) -> list[str]:
         return list(self._analyze(self.analyzer, text).toArray()) if text else []
 
+    @jvm.serialized
     def idf(self, term: str) -> float:
         df = self._df.get(term)
         if df is None:
             df = self._df[term] = int(self.reader.docFreq(self._Term("contents", term)))
         return bm25_idf(self.n_docs, df)
 
+    @jvm.serialized
     def bm25(self, text: str, doc_ids: Sequence[str]) -> dict[str, float]:
         """BM25 of ``text`` for each of ``doc_ids`` (0 for a document without a query term)."""
         out = dict.fromkeys(doc_ids, 0.0)

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 
 import torch
 
+from weir.types import same_length_batches
+
 
 class RelevanceAttention(torch.nn.Module):
     """Query/key projections of one attention layer over the concatenated segments' token states."""
@@ -80,24 +82,18 @@ def segment_tokens(tokenizer, texts: Sequence[str], max_length: int) -> list[lis
 def token_states(model, tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 64,
                  device: str = "cpu") -> list:
     """The backbone's last-layer token states of each text encoded alone (``[CLS] text [SEP]``), L2-normalized per
-    token: a list of (L_i, H) float32 tensors on the CPU. Batches are sorted by length (little padding)."""
+    token: a list of (L_i, H) float32 tensors on the CPU. Texts are batched with texts of the same length only (no
+    padding); ``batch_size=1`` encodes each in a pass of its own, so that its states do not depend at all on what
+    else is encoded (the number of rows of a batch changes the last bits)."""
     ids = segment_tokens(tokenizer, texts, max_length)
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list = [None] * len(ids)
-    pad = tokenizer.pad_token_id or 0
     with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            L = max(len(ids[i]) for i in idx)
-            input_ids = torch.full((len(idx), L), pad, dtype=torch.long)
-            mask = torch.zeros((len(idx), L), dtype=torch.long)
+        for idx in same_length_batches([len(i) for i in ids], batch_size):
+            input_ids = torch.tensor([ids[i] for i in idx], dtype=torch.long)
+            hidden = model(input_ids=input_ids.to(device), attention_mask=torch.ones_like(input_ids).to(device))
+            hidden = torch.nn.functional.normalize(hidden.last_hidden_state.float(), dim=-1).cpu()
             for j, i in enumerate(idx):
-                input_ids[j, :len(ids[i])] = torch.tensor(ids[i])
-                mask[j, :len(ids[i])] = 1
-            hidden = model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).last_hidden_state
-            hidden = torch.nn.functional.normalize(hidden.float(), dim=-1).cpu()
-            for j, i in enumerate(idx):
-                out[i] = hidden[j, :len(ids[i])].clone()
+                out[i] = hidden[j].clone()
     return out
 
 

@@ -17,11 +17,7 @@ from collections import Counter
 
 from indexer.index_dir import Index
 from indexer.weighting.terms import terms as text_terms
-from ranker.retrievers.lucene import (
-    LuceneRetriever,
-    LuceneTermSearcher,
-    bm25_similarity,
-)
+from ranker.retrievers.lucene import LuceneRetriever, LuceneTermSearcher, bm25_similarity
 from weir import jvm
 
 
@@ -40,8 +36,8 @@ class _TermRetriever(LuceneRetriever):
 
     component = ""
 
-    def __init__(self, index: Index, similarity, *, threads: int | None = None, name: str | None = None):
-        self.searcher = LuceneTermSearcher(index.component_path(self.component), similarity, threads=threads)
+    def __init__(self, index: Index, similarity, *, name: str | None = None):
+        self.searcher = LuceneTermSearcher(index.component_path(self.component), similarity)
         info = index.manifest["components"][self.component]
         self.model_card = info.get("model")
         self.parameters = info.get("parameters", {})
@@ -56,8 +52,8 @@ class DeepCTRetriever(_TermRetriever):
 
     component = "deepct"
 
-    def __init__(self, index: Index, *, k1: float = 10.0, b: float = 0.9, threads: int | None = None):
-        super().__init__(index, bm25_similarity(k1, b), threads=threads)
+    def __init__(self, index: Index, *, k1: float = 10.0, b: float = 0.9):
+        super().__init__(index, bm25_similarity(k1, b))
         self.k1, self.b = k1, b
 
     def describe(self) -> dict:
@@ -72,8 +68,8 @@ class ImpactRetriever(_TermRetriever):
 
     component = "deepimpact"
 
-    def __init__(self, index: Index, *, threads: int | None = None):
-        super().__init__(index, jvm.autoclass("io.anserini.search.similarity.ImpactSimilarity")(), threads=threads)
+    def __init__(self, index: Index):
+        super().__init__(index, jvm.autoclass("io.anserini.search.similarity.ImpactSimilarity")())
 
     def describe(self) -> dict:
         return {**super().describe(), "quantization": self.parameters.get("quantization")}

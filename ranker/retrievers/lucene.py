@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from indexer.lucene import open_reader, read_docid_table
@@ -40,6 +39,7 @@ class LuceneReader:
     """One Lucene index opened for search: the reader, an ``IndexSearcher`` scoring with ``similarity``, and the
     collection id of each Lucene doc number."""
 
+    @jvm.serialized
     def __init__(self, path: str | os.PathLike, similarity):
         self.path = Path(path)
         self.reader = open_reader(self.path)
@@ -47,27 +47,29 @@ class LuceneReader:
         self.searcher.setSimilarity(similarity)
         self.docids = read_docid_table(self.path, self.reader)
 
+    @jvm.serialized
     def close(self) -> None:
         self.reader.close()
 
 
 class LuceneSearcher(LuceneReader):
-    """Thread-safe top-k search over one Lucene index with a given similarity; subclasses turn a query (text,
-    weighted terms ...) into a Lucene query. ``search_many`` runs queries on a thread pool."""
+    """Top-k search over one Lucene index with a given similarity; subclasses turn a query (text, weighted terms
+    ...) into a Lucene query. Safe from any thread: Java is reached under :data:`weir.jvm.lock`, one query after
+    another (see :mod:`weir.jvm` for why not from several threads at once)."""
 
-    def __init__(self, path: str | os.PathLike, similarity, *, field: str = "contents", threads: int | None = None):
+    @jvm.serialized
+    def __init__(self, path: str | os.PathLike, similarity, *, field: str = "contents"):
         super().__init__(path, similarity)
         SortField = jvm.autoclass("org.apache.lucene.search.SortField")
         string_val = jvm.autoclass("org.apache.lucene.search.SortField$Type").STRING_VAL
         self.sort = jvm.autoclass("org.apache.lucene.search.Sort")(SortField.FIELD_SCORE, SortField("id", string_val))
         self.field = field
-        self.pool = ThreadPoolExecutor(max_workers=threads or max(1, os.cpu_count() or 1),
-                                       thread_name_prefix="weir-lucene")
 
     def lucene_query(self, query):
         """The Lucene query for ``query``, or None when it has no term to search."""
         raise NotImplementedError
 
+    @jvm.serialized
     def search(self, query, k: int) -> list[tuple[str, float]]:
         lucene_query = self.lucene_query(query)
         if lucene_query is None:
@@ -76,22 +78,17 @@ class LuceneSearcher(LuceneReader):
         docids = self.docids
         return [(docids[sd.doc], sd.score) for sd in top.scoreDocs]
 
+    @jvm.serialized
     def search_many(self, queries: Sequence, k: int) -> list[list[tuple[str, float]]]:
-        if len(queries) == 1:
-            return [self.search(queries[0], k)]
-        return list(self.pool.map(lambda q: self.search(q, k), queries))
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=False)
-        super().close()
+        return [self.search(q, k) for q in queries]
 
 
 class LuceneBM25Searcher(LuceneSearcher):
     """BM25 over query text, analyzed and built into a bag-of-words query exactly as Anserini does."""
 
-    def __init__(self, path: str | os.PathLike, *, k1: float = 0.9, b: float = 0.4, field: str = "contents",
-                 threads: int | None = None):
-        super().__init__(path, bm25_similarity(k1, b), field=field, threads=threads)
+    @jvm.serialized
+    def __init__(self, path: str | os.PathLike, *, k1: float = 0.9, b: float = 0.4, field: str = "contents"):
+        super().__init__(path, bm25_similarity(k1, b), field=field)
         self.analyzer = english_analyzer()
         self.generator = bag_of_words()
 
@@ -102,8 +99,9 @@ class LuceneBM25Searcher(LuceneSearcher):
 class LuceneTermSearcher(LuceneSearcher):
     """Top-k search of weighted term queries ({term: weight}) over a pretokenized Lucene index (thread-safe)."""
 
-    def __init__(self, path: str | os.PathLike, similarity, *, field: str = "contents", threads: int | None = None):
-        super().__init__(path, similarity, field=field, threads=threads)
+    @jvm.serialized
+    def __init__(self, path: str | os.PathLike, similarity, *, field: str = "contents"):
+        super().__init__(path, similarity, field=field)
         self._builder = jvm.autoclass("org.apache.lucene.search.BooleanQuery$Builder")
         self._should = jvm.autoclass("org.apache.lucene.search.BooleanClause$Occur").SHOULD
         self._term_query = jvm.autoclass("org.apache.lucene.search.TermQuery")

@@ -44,8 +44,6 @@ def cmd_experiment(args) -> int:
         settings["measures"] = [m.strip() for m in args.measures.split(",") if m.strip()]
     if args.remove_identical:
         settings["remove_identical"] = True
-    if args.threads:
-        settings["options"] = {**settings.get("options", {}), "threads": args.threads}
     if not settings.get("qrels"):
         raise InputError("an experiment needs qrels (--qrels, or 'qrels' in --config)")
     if settings.get("indexes") and not settings.get("pipelines") and not settings.get("runs"):
@@ -99,5 +97,4 @@ def add_parsers(sub) -> None:
                    help="drop hits whose docid equals the qid (BEIR's ignore_identical_ids; needed for ArguAna)")
     x.add_argument("-k", "--k", type=int, help="hits per query (default 1000)")
     x.add_argument("--warmup", type=int, help="queries run untimed through each pipeline first (default 20)")
-    x.add_argument("--threads", type=int, default=None, help="search threads (default: all cores)")
     x.set_defaults(func=cmd_experiment)

@@ -8,21 +8,22 @@ import argparse
 from ranker.options import PipelineOptions
 
 # argparse destination -> pipeline option key (ranker.options.FLAT_KEYS)
-_KEYS = {"k1": "k1", "b": "b", "threads": "threads", "fusion": "fusion", "fusion_weights": "fusion_weights",
+OPTION_KEYS = {"k1": "k1", "b": "b", "fusion": "fusion", "fusion_weights": "fusion_weights",
          "depth_per_stage": "depth_per_stage", "rrf_k": "rrf_k", "hybrid_stages": "hybrid_stages",
          "dense_model": "dense_model", "ef_search": "ef_search", "nprobe": "nprobe", "rerank_depth": "depth",
          "ltr_model": "ltr_model", "attention_model": "attention_model", "crossencoder_model": "crossencoder_model",
          "device": "device", "batch_size": "batch_size"}
 
 
-def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True) -> None:
-    """The options of :func:`pipeline_options`; ``depth=False`` where the command has a ``--depth`` of its own."""
-    p.add_argument("--pipeline", default="bm25",
-                   help="first stage and rerankers joined by '>>' (default: bm25; with `weir run --candidates`, none: the "
-                   "candidates pass through). Known stages: see `weir pipelines`")
+def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True, pipeline: bool = True) -> None:
+    """The options of :func:`pipeline_options`; ``depth=False`` where the command has a ``--depth`` of its own,
+    ``pipeline=False`` where it takes no ``--pipeline``."""
+    if pipeline:
+        p.add_argument("--pipeline", default="bm25",
+                       help="first stage and rerankers joined by '>>' (default: bm25; with `weir run --candidates`, "
+                       "none: the candidates pass through). Known stages: see `weir pipelines`")
     p.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
     p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
-    p.add_argument("--threads", type=int, default=None, help="search threads (default: all cores)")
     h = p.add_argument_group("dense and hybrid first stages")
     h.add_argument("--fusion", choices=("rrf", "minmax", "zscore", "linear"), default=None,
                    help="hybrid fusion: reciprocal rank fusion, or a weighted sum of min-max or z-score normalized "
@@ -53,4 +54,4 @@ def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True) -> N
 
 def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
     """The typed stage options of the parsed command line (raises InputError for a bad value)."""
-    return PipelineOptions.from_mapping({key: getattr(args, dest, None) for dest, key in _KEYS.items()})
+    return PipelineOptions.from_mapping({key: getattr(args, dest, None) for dest, key in OPTION_KEYS.items()})

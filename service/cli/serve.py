@@ -4,16 +4,36 @@ from __future__ import annotations
 
 import sys
 
-from service.cli.options import add_pipeline_options, pipeline_options
+from service.cli.options import OPTION_KEYS, add_pipeline_options, pipeline_options
 from weir.types import InputError
 
 
 def cmd_serve(args) -> int:
+    from service.config import ServiceConfig
     from service.server import serve
 
-    serve(args.index, host=args.host, port=args.port, workers=args.workers, options=pipeline_options(args),
-          verify_checksums=not args.no_verify)
+    pipeline_options(args)  # bad options fail here, before anything loads
+    options = {key: getattr(args, dest) for dest, key in OPTION_KEYS.items() if getattr(args, dest, None) is not None}
+    tls = None
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            raise InputError("TLS needs both --tls-cert and --tls-key")
+        tls = {"cert": args.tls_cert, "key": args.tls_key, "client_ca": args.tls_client_ca}
+    elif args.tls_client_ca:
+        raise InputError("--tls-client-ca needs --tls-cert and --tls-key")
+    config = ServiceConfig.load(
+        args.config, index=args.index, host=args.host, port=args.port, workers=args.workers,
+        metrics_port=args.metrics_port, default_pipeline=args.default_pipeline,
+        pipelines=[p.strip() for p in args.pipelines.split(",") if p.strip()] if args.pipelines else None,
+        token_file=args.token_file, tls=tls, verify_checksums=False if args.no_verify else None,
+        options=options, limits={name: getattr(args, name) for name in LIMITS},
+        batching={"max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms})
+    serve(config)
     return 0
+
+
+LIMITS = ("max_k", "max_depth", "max_query_chars", "max_query_terms", "max_batch_queries", "max_in_flight",
+          "max_queued")
 
 
 def cmd_query(args) -> int:
@@ -35,13 +55,37 @@ def cmd_query(args) -> int:
 
 
 def add_parsers(sub) -> None:
-    sv = sub.add_parser("serve", help="serve an index over gRPC (SearchService, health, reflection)")
-    sv.add_argument("--index", required=True, help="index directory")
-    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    sv.add_argument("--port", type=int, default=50051, help="port (default 50051; 0 picks a free one)")
-    sv.add_argument("--workers", type=int, default=8, help="request threads (default 8)")
+    sv = sub.add_parser("serve", help="serve an index over gRPC (SearchService, health, reflection)",
+                        description="Serve an index over gRPC. Settings come from --config (TOML, see service/config.py) "
+                        "and these flags, which override it. Concurrent queries of one pipeline run together in "
+                        "micro-batches; beyond --max-in-flight + --max-queued requests the server answers "
+                        "RESOURCE_EXHAUSTED at once. SIGTERM drains: NOT_SERVING, UNAVAILABLE for new calls, those "
+                        "in flight finish.")
+    sv.add_argument("--config", help="service config file (TOML)")
+    sv.add_argument("--index", help="index directory (or 'index' in --config)")
+    sv.add_argument("--host", help="address to bind (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=int, help="port (default 50051; 0 picks a free one); a taken port is an error")
+    sv.add_argument("--workers", type=int, help="threads running pipeline batches (default 2)")
     sv.add_argument("--no-verify", action="store_true", help="skip the start-up check of component checksums")
-    add_pipeline_options(sv)
+    sv.add_argument("--default-pipeline", help="pipeline of requests that name none (default bm25)")
+    sv.add_argument("--pipelines", help="the pipelines served, comma-separated (default: every first stage the "
+                    "index supports, alone or followed by one reranker)")
+    sv.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on http://HOST:PORT/metrics")
+    sec = sv.add_argument_group("security")
+    sec.add_argument("--tls-cert", help="server certificate chain (PEM); with --tls-key, serve TLS only")
+    sec.add_argument("--tls-key", help="server private key (PEM)")
+    sec.add_argument("--tls-client-ca", help="CA (PEM) that client certificates must be signed by (asks for them)")
+    sec.add_argument("--token-file", help="bearer tokens, one a line: calls without one get UNAUTHENTICATED "
+                     "(health and reflection stay open)")
+    lim = sv.add_argument_group("limits (INVALID_ARGUMENT beyond the field limits, RESOURCE_EXHAUSTED beyond load)")
+    for name, default in (("max_k", 1000), ("max_depth", 1000), ("max_query_chars", 4096), ("max_query_terms", 1024),
+                          ("max_batch_queries", 100), ("max_in_flight", 16), ("max_queued", 64)):
+        lim.add_argument("--" + name.replace("_", "-"), type=int, help=f"(default {default})")
+    bat = sv.add_argument_group("micro-batching")
+    bat.add_argument("--max-batch", type=int, help="queries of one pipeline run together at most (default 16; 1: "
+                     "no batching)")
+    bat.add_argument("--max-wait-ms", type=float, help="how long a batch's first query waits for others (default 2)")
+    add_pipeline_options(sv, pipeline=False)
     sv.set_defaults(func=cmd_serve)
 
     q = sub.add_parser("query", help="ask a running weir server (gRPC client)")

@@ -24,7 +24,6 @@ def cmd_term_weighting(args) -> int:
 
 
 def cmd_ltr(args) -> int:
-    from ranker.options import PipelineOptions
     from ranker.training.common import DataSet
     from ranker.training.ltr import TrainConfig, rounds_note, train
 
@@ -38,7 +37,6 @@ def cmd_ltr(args) -> int:
                          seed=args.seed, rounds=args.rounds or (300 if args.rounds_by == "cv" else 1000),
                          rounds_by=args.rounds_by, inner_folds=args.inner_folds, init_from=args.init_from,
                          early_stopping=args.early_stopping, params=params,
-                         options=PipelineOptions.from_mapping({"threads": args.threads}),
                          binary_min_rel=args.binary_min_rel, command=["weir"] + args.argv)
     card = train(config, log=lambda m: print(m, file=sys.stderr))
     final = card["metrics"]["final"]
@@ -147,7 +145,6 @@ def _add_ltr(tr) -> None:
     t.add_argument("--num-leaves", type=int, default=None)
     t.add_argument("--min-data-in-leaf", type=int, default=None)
     t.add_argument("--seed", type=int, default=13)
-    t.add_argument("--threads", type=int, default=None, help="search threads (default: all cores)")
     t.set_defaults(func=cmd_ltr)
 
 

@@ -41,5 +41,5 @@ def add_parsers(sub) -> None:
     tf.add_argument("--measure", default="nDCG@10", help="measure to maximize (default nDCG@10)")
     tf.add_argument("--depth", type=int, default=1000, help="candidates per stage (default 1000)")
     tf.add_argument("--allow-test-topics", action="store_true", help=argparse.SUPPRESS)
-    add_pipeline_options(tf, depth=False)
+    add_pipeline_options(tf, depth=False, pipeline=False)
     tf.set_defaults(func=cmd_fusion)

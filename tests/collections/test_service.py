@@ -1,39 +1,48 @@
-"""The gRPC service answers a real client and the health check; bad requests get INVALID_ARGUMENT."""
+"""The gRPC service over ADI on loopback, as callers use it: answers with text and timings, reranking with its own
+depth, and under concurrency exactly the answers of sequential calls (8 callers, 2,000 calls per workload, 0
+errors), a pipeline built once however many callers ask for it first."""
 
 from __future__ import annotations
 
-import grpc
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from service.client import SearchClient
-from service.server import start
-from tests.conftest import collection  # noqa: F401  (the index fixture needs the shared data)
+from service.config import ServiceConfig
+from service.server import BackgroundServer
+from tests.conftest import collection
+from weir.trec import read_topics
 
 pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 
+CALLERS, CALLS = 8, 2000
+
 
 @pytest.fixture(scope="module")
-def client(index_factory):
-    server, port, _ = start(str(index_factory("adi")), host="127.0.0.1", port=0, workers=4)
-    with SearchClient(f"127.0.0.1:{port}", timeout=30) as c:
-        c.wait_ready(timeout=30)
+def server(index_factory):
+    config = ServiceConfig.load(index=str(index_factory("adi", "bm25,dense")), port=0, verify_checksums=False)
+    with BackgroundServer(config) as s:
+        yield s
+
+
+@pytest.fixture()
+def client(server):
+    with SearchClient(f"127.0.0.1:{server.port}", timeout=60) as c:
         yield c
-    server.stop(grace=None)
-
-
-def test_health_is_serving(client):
-    assert client.health() == "SERVING"
-    assert client.health("weir.v1.SearchService") == "SERVING"
 
 
 def test_search_returns_ranked_hits_with_text_and_timings(client):
+    assert client.health() == "SERVING"
     response = client.search("computer information retrieval", k=5, include_text=True)
-    assert response.pipeline == "bm25"
-    assert [h.rank for h in response.hits] == [1, 2, 3, 4, 5]
+    assert response.pipeline == "bm25" and [h.rank for h in response.hits] == [1, 2, 3, 4, 5]
     assert all(a.score >= b.score for a, b in zip(response.hits, response.hits[1:]))
     assert all(h.title or h.text for h in response.hits)
     assert response.hits[0].stage_scores["bm25"] == pytest.approx(response.hits[0].score)
     assert [t.stage for t in response.timings] == ["bm25"] and response.timings[0].milliseconds > 0
+    info = client.info()
+    assert info.collection == "adi" and info.documents == 82 and "hybrid>>attention" in info.pipelines
 
 
 def test_attention_reranking_over_grpc(client):
@@ -48,24 +57,67 @@ def test_attention_reranking_over_grpc(client):
     assert [t.stage for t in response.timings] == ["bm25", "attention"]
 
 
-def test_default_k_is_ten_and_info_describes_the_index(client):
-    assert len(client.search("retrieval", k=None).hits) == 10
-    info = client.info()
-    assert info.collection == "adi" and info.documents == 82 and "bm25" in info.first_stages
+def _answer(response) -> list[tuple]:
+    return [(h.doc_id, h.rank, h.score, dict(h.stage_scores), h.title, h.text) for h in response.hits]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"query": "   "}, "query is empty"),
-    ({"query": "retrieval", "k": 0}, "k must be between 1 and 1000"),
-    ({"query": "retrieval", "k": -3}, "k must be between 1 and 1000"),
-    ({"query": "retrieval", "k": 10**6}, "k must be between 1 and 1000"),
-    ({"query": "retrieval", "pipeline": "nonsense"}, "unknown first stage 'nonsense'"),
-    ({"query": "retrieval", "pipeline": "bm25>>"}, "empty stage"),
-    ({"query": "retrieval", "depth": -1}, "depth must be between"),
+@pytest.mark.parametrize("pipeline, k, depth, include_text", [
+    ("bm25>>ltr", 10, 20, False),
+    ("hybrid>>ltr", 10, 20, False),
+    ("bm25>>attention", 10, 10, False),
+    ("bm25", 10, 0, True),
 ])
-def test_bad_requests_get_invalid_argument(client, kwargs, message):
-    with pytest.raises(grpc.RpcError) as info:
-        client.search(**kwargs)
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert message in info.value.details()
-    assert client.health() == "SERVING"  # the server goes on
+def test_concurrent_callers_get_the_answers_of_sequential_calls(server, pipeline, k, depth, include_text):
+    topics = [q.text for q in read_topics(collection("adi") / "queries.tsv")]
+    target = f"127.0.0.1:{server.port}"
+    with SearchClient(target, timeout=120) as c:
+        sequential = {q: _answer(c.search(q, k=k, pipeline=pipeline, depth=depth, include_text=include_text))
+                      for q in topics}
+    assert all(sequential.values())
+
+    def caller(n: int) -> tuple[int, int, int]:
+        mismatches = errors = batched = 0
+        with SearchClient(target, timeout=120) as c:
+            for i in range(n, CALLS, CALLERS):
+                q = topics[i % len(topics)]
+                try:
+                    response = c.search(q, k=k, pipeline=pipeline, depth=depth, include_text=include_text)
+                except Exception:  # noqa: BLE001 (counted: the test asserts there are none)
+                    errors += 1
+                    continue
+                mismatches += _answer(response) != sequential[q]
+                batched += response.batch_size > 1
+        return mismatches, errors, batched
+
+    with ThreadPoolExecutor(CALLERS) as pool:
+        results = list(pool.map(caller, range(CALLERS)))
+    mismatches, errors, batched = (sum(r[i] for r in results) for i in range(3))
+    print(f"\n{pipeline}: {CALLS} calls by {CALLERS} callers, {errors} errors, {mismatches} answers unlike the "
+          f"sequential ones, {batched} answered from batches of several queries")
+    assert errors == 0 and mismatches == 0
+    assert batched > 0  # concurrent calls were micro-batched
+
+
+def test_simultaneous_first_use_builds_a_pipeline_once(index_factory, monkeypatch):
+    from ranker import registry
+
+    builds: list[str] = []
+    build = registry.build
+
+    def counted(spec, *args, **kwargs):
+        builds.append(spec)
+        return build(spec, *args, **kwargs)
+
+    monkeypatch.setattr(registry, "build", counted)
+    config = ServiceConfig.load(index=str(index_factory("adi", "bm25,dense")), port=0, verify_checksums=False)
+    with BackgroundServer(config) as s:
+        start = threading.Barrier(CALLERS)
+
+        def first_call(_):
+            with SearchClient(f"127.0.0.1:{s.port}", timeout=120) as c:
+                start.wait()
+                return c.search("information retrieval", k=5, pipeline="bm25>>ltr", depth=10)
+
+        with ThreadPoolExecutor(CALLERS) as pool:
+            answers = list(pool.map(first_call, range(CALLERS)))
+    assert builds.count("bm25>>ltr") == 1 and all(_answer(a) == _answer(answers[0]) for a in answers)

@@ -98,3 +98,17 @@ def test_reranker_contract(index, name):
     cut = pipeline(QUERIES, k=2, depth=DEPTH)
     assert all([h.doc_id for h in cut[q.id]] == [h.doc_id for h in run[q.id][:2]] for q in QUERIES)
 
+
+
+@pytest.mark.parametrize("spec", sorted(registry.FIRST_STAGES) + [f"bm25>>{r}" for r in sorted(registry.RERANKERS)])
+def test_a_query_gets_the_same_answer_alone_and_in_a_batch(index, spec):
+    """What a stage computes for a query does not depend on the other queries of its batch, to the last bit: a
+    micro-batching service answers a query exactly as it would alone. (Document-side caches, such as the attention
+    reranker's passage states, are filled by the first run here, as a serving process fills them.)"""
+    opened, options = index
+    pipeline = registry.build(spec, opened, options)
+    together = pipeline(QUERIES, k=K, depth=DEPTH)
+    for q in QUERIES:
+        alone = pipeline([q], k=K, depth=DEPTH)[q.id]
+        assert [(h.doc_id, h.score, h.stage_scores) for h in alone] == \
+               [(h.doc_id, h.score, h.stage_scores) for h in together[q.id]]
