@@ -154,6 +154,33 @@ def test_expired_request_stops_before_its_next_stage(small_index):
         assert c.search("coffee", k=2, pipeline="bm25>>ltr").hits and seen == [1]
 
 
+def test_cancelled_request_stops_before_its_next_stage(small_index):
+    """A caller that cancels during BM25: the LTR stage never runs for its query, and the server goes on."""
+    from service.stubs import search_pb2
+
+    with BackgroundServer(_config(small_index, pipelines=["bm25", "bm25>>ltr"])) as s, \
+            SearchClient(f"127.0.0.1:{s.port}") as c:
+        first, second = s.server.service.cache.get("bm25>>ltr").stages
+        seen: list[int] = []
+        original_first, original_second = first.retrieve, second.rerank
+
+        def slow_retrieve(queries, k):
+            time.sleep(0.6)
+            return original_first(queries, k)
+
+        def counted_rerank(queries, run, depth):
+            seen.append(len(queries))
+            return original_second(queries, run, depth)
+
+        first.retrieve, second.rerank = slow_retrieve, counted_rerank
+        call = c.stub.Search.future(search_pb2.SearchRequest(query="coffee", k=2, pipeline="bm25>>ltr"), timeout=30)
+        time.sleep(0.3)
+        assert call.cancel()
+        time.sleep(1.0)
+        assert seen == [] and s.server.service.admitted == 0
+        assert c.search("coffee", k=2, pipeline="bm25>>ltr").hits and seen == [1]
+
+
 def test_taken_port_and_foreign_address_are_clear_errors(server, small_index, capsys):
     from service.cli import main
 

@@ -1,0 +1,241 @@
+"""Load on a real `weir serve` over loopback: queries/s, latency percentiles and status codes per pipeline and
+concurrency, and the server's resident memory over time.
+
+Starts one or more `weir serve` processes on 127.0.0.1 (port chosen by the server) over an index, warms each
+pipeline up, then for every pipeline and concurrency drives calls for --seconds from client processes (at most 4,
+each with threads for its share of the callers), every call with a deadline. The topics of the collection are
+asked round-robin. The server's RSS is read from /proc every second.
+
+    python bench/load.py --index indexes/scifact --pipelines bm25,hybrid>>ltr --concurrency 1,8,32 --seconds 20
+    python bench/load.py --index indexes/scifact --pipelines bm25>>attention --concurrency 8 --seconds 15 \\
+        --compare "--max-batch 1" "--max-batch 16" --rounds 3      # micro-batching's gain, alternating rounds
+    python bench/load.py --index indexes/scifact --pipelines bm25,hybrid>>ltr --concurrency 32 --seconds 60 \\
+        --rss-every 5                                             # the 60 s soak: errors and RSS drift
+
+Loopback only, bounded in time: each phase ends after --seconds; client processes are joined or killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from _common import COLLECTIONS, ROOT, percentile
+
+WEIR = str(Path(sys.executable).parent / "weir")
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Served:
+    """A `weir serve` process on loopback; its port is read from its first line of output."""
+
+    def __init__(self, index: str, extra: str = "", weir: str = WEIR):
+        cmd = [*shlex.split(weir), "serve", "--index", index, "--port", "0", *shlex.split(extra)]
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+        line = self.process.stdout.readline()
+        match = re.search(r"127\.0\.0\.1:(\d+)$", line.strip())
+        if not match:
+            self.process.kill()
+            raise SystemExit(f"weir serve did not start: {line!r}")
+        self.port, self.extra = int(match.group(1)), extra or ("defaults" if weir == WEIR else weir[-40:])
+        self.rss: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self, every: float = 1.0) -> None:
+        start = time.monotonic()
+        while not self._stop.wait(every):
+            try:
+                self.rss.append((time.monotonic() - start, rss_mib(self.process.pid)))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def _client(port, topics, pipeline, k, depth, threads, offset, stride, start_at, until, timeout, out):
+    """One client process: ``threads`` callers from the monotonic time ``start_at`` (shared by all processes) to
+    ``until``; (latency s, code) per call."""
+    import grpc
+
+    sys.path.insert(0, str(ROOT))
+    from service.client import SearchClient
+
+    records, lock = [], threading.Lock()
+
+    def caller(t: int) -> None:
+        mine = []
+        with SearchClient(f"127.0.0.1:{port}", timeout=timeout) as c:
+            c.wait_ready(30)
+            time.sleep(max(0.0, start_at - time.monotonic()))
+            i = offset + t * stride
+            while time.monotonic() < until:
+                q = topics[i % len(topics)]
+                i += stride * threads
+                start = time.perf_counter()
+                try:
+                    c.search(q, k=k, pipeline=pipeline, depth=depth)
+                    code = "OK"
+                except grpc.RpcError as e:
+                    code = e.code().name
+                mine.append((time.perf_counter() - start, code))
+        with lock:
+            records.extend(mine)
+
+    workers = [threading.Thread(target=caller, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    out.put(records)
+
+
+def drive(port: int, topics: list[str], pipeline: str, concurrency: int, seconds: float, *, k: int, depth: int,
+          timeout: float) -> dict:
+    """``concurrency`` callers for ``seconds``; queries/s, latency percentiles (ms) of OK calls, codes."""
+    processes = min(concurrency, 4)
+    share = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
+    queue = mp.get_context("spawn").Queue()
+    start_at = time.monotonic() + 5  # client processes take a few seconds to start
+    until = start_at + seconds
+    procs, offset = [], 0
+    for threads in share:
+        p = mp.get_context("spawn").Process(target=_client, args=(port, topics, pipeline, k, depth, threads, offset,
+                                                                   1, start_at, until, timeout, queue))
+        p.start()
+        procs.append(p)
+        offset += threads
+    records = []
+    for _ in procs:
+        records += queue.get(timeout=seconds + 120)
+    for p in procs:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+    ok = [lat * 1000 for lat, code in records if code == "OK"]
+    codes = Counter(code for _, code in records)
+    return {"calls": len(records), "qps": len(ok) / seconds, "codes": dict(codes),
+            "p50": statistics.median(ok) if ok else float("nan"), "p95": percentile(ok, 95) if ok else float("nan"),
+            "p99": percentile(ok, 99) if ok else float("nan")}
+
+
+def _row(pipeline, c, r, extra="") -> str:
+    codes = ", ".join(f"{k} {v}" for k, v in sorted(r["codes"].items()))
+    return (f"| {pipeline} | {c} | {extra}{r['calls']} | {r['qps']:.1f} | {r['p50']:.1f} | {r['p95']:.1f} | "
+            f"{r['p99']:.1f} | {codes} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index", required=True, help="index directory to serve")
+    ap.add_argument("--collection", default="beir-scifact", help="whose queries.tsv is asked (default beir-scifact)")
+    ap.add_argument("--pipelines", default="bm25", help="comma-separated (default bm25)")
+    ap.add_argument("--concurrency", default="1,8,32", help="callers, comma-separated (default 1,8,32)")
+    ap.add_argument("--seconds", type=float, default=20, help="per pipeline and concurrency (default 20)")
+    ap.add_argument("-k", type=int, default=10)
+    ap.add_argument("--depth", type=int, default=0, help="reranking depth (default: the pipeline's)")
+    ap.add_argument("--timeout", type=float, default=10.0, help="each call's deadline in seconds (default 10)")
+    ap.add_argument("--server-args", default="", help="extra `weir serve` flags")
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two sets of extra `weir serve` flags: run both "
+                    "servers side by side, alternating rounds, and report the queries/s ratio B/A")
+    ap.add_argument("--rounds", type=int, default=3, help="with --compare: rounds of A then B (default 3)")
+    ap.add_argument("--baseline-weir", help="with --compare: the command that starts server A (another version's "
+                    "weir, e.g. \"env PYTHONPATH=/path/to/old python -m weir\"); B is this checkout's")
+    ap.add_argument("--rss-every", type=float, default=0, help="also print the server's RSS every this many seconds")
+    ap.add_argument("--warmup", type=float, default=10, help="seconds of load at the highest concurrency before the "
+                    "measured cells, after which 'RSS after warm-up' is read (default 10)")
+    args = ap.parse_args()
+    topics = [line.split("\t", 1)[1].strip() for line in open(COLLECTIONS / args.collection / "queries.tsv",
+                                                               encoding="utf-8") if "\t" in line]
+    pipelines = [p.strip() for p in args.pipelines.split(",") if p.strip()]
+    concurrency = [int(c) for c in args.concurrency.split(",")]
+    if args.compare:
+        servers = [Served(args.index, args.compare[0], args.baseline_weir or WEIR), Served(args.index, args.compare[1])]
+    else:
+        servers = [Served(args.index, args.server_args)]
+    try:
+        _run(args, servers, topics, pipelines, concurrency)
+    finally:
+        for s in servers:
+            s.close()
+
+
+def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
+    from service.client import SearchClient
+
+    for s in servers:
+        rest = rss_mib(s.process.pid)
+        with SearchClient(f"127.0.0.1:{s.port}", timeout=120) as c:
+            for p in pipelines:
+                for q in topics[:20]:
+                    c.search(q, k=args.k, pipeline=p, depth=args.depth)
+        s.warm = rss_mib(s.process.pid)
+        print(f"server [{s.extra}] pid {s.process.pid}: RSS {rest:.0f} MiB at rest, {s.warm:.0f} MiB "
+              f"after warming {', '.join(pipelines)}", flush=True)
+    print(f"\n{len(topics)} {args.collection} topics round-robin, k={args.k}, depth={args.depth or 'default'}, "
+          f"{args.seconds:.0f} s per cell, deadline {args.timeout:.0f} s, {os.cpu_count()} cores shared by server "
+          f"and clients\n")
+    if args.compare:
+        print("| pipeline | callers | server | calls | queries/s | p50 ms | p95 ms | p99 ms | codes |")
+        print("|---|---:|---|---:|---:|---:|---:|---:|---|")
+        for p in pipelines:
+            for c in concurrency:
+                qps = {0: [], 1: []}
+                for _ in range(args.rounds):
+                    for i, s in enumerate(servers):
+                        r = drive(s.port, topics, p, c, args.seconds, k=args.k, depth=args.depth, timeout=args.timeout)
+                        qps[i].append(r["qps"])
+                        print(_row(p, c, r, f"`{s.extra}` | "), flush=True)
+                ratios = [b / a for a, b in zip(qps[0], qps[1]) if a > 0]
+                print(f"\n{p} at {c} callers: `{servers[1].extra}` / `{servers[0].extra}` queries/s = "
+                      f"{statistics.median(ratios):.2f}x (median of {len(ratios)} alternating rounds; "
+                      f"{', '.join(f'{x:.2f}' for x in ratios)})\n")
+        return
+    s = servers[0]
+    if args.warmup:
+        for p in pipelines:
+            drive(s.port, topics, p, max(concurrency), args.warmup, k=args.k, depth=args.depth, timeout=args.timeout)
+        s.warm = rss_mib(s.process.pid)
+        print(f"RSS after {args.warmup:.0f} s of load per pipeline at {max(concurrency)} callers: {s.warm:.0f} MiB\n")
+    s.rss.clear()
+    print("| pipeline | callers | calls | queries/s | p50 ms | p95 ms | p99 ms | codes |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for p in pipelines:
+        for c in concurrency:
+            r = drive(s.port, topics, p, c, args.seconds, k=args.k, depth=args.depth, timeout=args.timeout)
+            print(_row(p, c, r), flush=True)
+    end = rss_mib(s.process.pid)
+    peak = max((m for _, m in s.rss), default=end)
+    print(f"\nserver RSS: {s.warm:.0f} MiB after warm-up, {end:.0f} MiB at the end ({(end / s.warm - 1) * 100:+.1f}%), "
+          f"peak {peak:.0f} MiB")
+    if args.rss_every:
+        step = max(1, int(args.rss_every))
+        print("RSS over time (s: MiB): " + ", ".join(f"{t:.0f}: {m:.0f}" for t, m in s.rss[::step]))
+
+
+if __name__ == "__main__":
+    main()
