@@ -23,7 +23,7 @@ def test_experiment_command_on_adi(index_factory, tmp_path, capsys):
     out = tmp_path / "exp"
     status = cli.main(["experiment", "--index", str(index), "--topics", str(adi / "queries.tsv"),
                        "--qrels", str(adi / "qrels.txt"), "--pipelines", "bm25,bm25[k1=1.2,b=0.75]",
-                       "--measures", "nDCG@10,AP,R@100", "--test", "wilcoxon", "--warmup", "2", "--threads", "1",
+                       "--measures", "nDCG@10,AP,R@100", "--test", "wilcoxon", "--warmup", "2",
                        "--out", str(out)])
     assert status == 0
     printed = capsys.readouterr().out
@@ -55,7 +55,7 @@ def test_several_indexes_label_rows_and_plot_size(index_factory, tmp_path):
     first, second = index_factory("adi"), index_factory("adi", threads=1)
     record = run_experiment(Config(qrels=str(adi / "qrels.txt"), topics=str(adi / "queries.tsv"),
                                    indexes=[str(first), str(second)], pipelines=parse_pipelines("bm25"),
-                                   measures=["nDCG@10"], warmup=0, options={"threads": 1}), tmp_path)
+                                   measures=["nDCG@10"], warmup=0, options={"device": "cpu"}), tmp_path)
     labels = [s["label"] for s in record["systems"]]
     assert len(labels) == 2 and all(label.endswith("adi-bm25:bm25") for label in labels)
     assert len(record["indexes"]) == 2
