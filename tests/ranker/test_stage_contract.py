@@ -32,6 +32,14 @@ QUERIES = [Query("q1", "coffee and liver disease"), Query("q2", "caffeine sleep"
 K, DEPTH = 5, 4
 
 
+def write_corpus(directory):
+    """TEXTS as a collection directory (corpus.jsonl, documents d0..d11); returns the directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "corpus.jsonl").write_text("".join(
+        json.dumps({"id": f"d{i}", "title": title, "text": text}) + "\n" for i, (title, text) in enumerate(TEXTS)))
+    return directory
+
+
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
     """Every index component over TEXTS (the committed learned-weight heads), and an untrained cross-encoder."""
@@ -41,10 +49,7 @@ def index(tmp_path_factory):
     from indexer.index_dir import Index
 
     root = tmp_path_factory.mktemp("contract")
-    (root / "coll").mkdir()
-    (root / "coll" / "corpus.jsonl").write_text("".join(
-        json.dumps({"id": f"d{i}", "title": title, "text": text}) + "\n" for i, (title, text) in enumerate(TEXTS)))
-    build_index(root / "coll", root / "index", components=("bm25", "dense", "deepct", "deepimpact"))
+    build_index(write_corpus(root / "coll"), root / "index", components=("bm25", "dense", "deepct", "deepimpact"))
     crossencoder = root / "crossencoder"
     crossencoder.mkdir()
     (crossencoder / "crossencoder.json").write_text(json.dumps(

@@ -128,24 +128,29 @@ def test_overload_is_resource_exhausted_at_once(small_index):
         assert c.search("tea", k=2).hits  # below the limit again
 
 
+def _slow_bm25_counted_ltr(server) -> list[int]:
+    """Make the served bm25>>ltr take 0.6 s in BM25 and record how many queries reach LTR (the returned list)."""
+    first, second = server.server.service.cache.get("bm25>>ltr").stages
+    seen: list[int] = []
+    retrieve, rerank = first.retrieve, second.rerank
+
+    def slow_retrieve(queries, k):
+        time.sleep(0.6)
+        return retrieve(queries, k)
+
+    def counted_rerank(queries, run, depth):
+        seen.append(len(queries))
+        return rerank(queries, run, depth)
+
+    first.retrieve, second.rerank = slow_retrieve, counted_rerank
+    return seen
+
+
 def test_expired_request_stops_before_its_next_stage(small_index):
     """bm25>>ltr with a deadline that passes during BM25: the LTR stage never runs for it."""
     with BackgroundServer(_config(small_index, pipelines=["bm25", "bm25>>ltr"])) as s, \
             SearchClient(f"127.0.0.1:{s.port}") as c:
-        pipeline = s.server.service.cache.get("bm25>>ltr")
-        first, second = pipeline.stages
-        seen: list[int] = []
-        original_first, original_second = first.retrieve, second.rerank
-
-        def slow_retrieve(queries, k):
-            time.sleep(0.6)
-            return original_first(queries, k)
-
-        def counted_rerank(queries, run, depth):
-            seen.append(len(queries))
-            return original_second(queries, run, depth)
-
-        first.retrieve, second.rerank = slow_retrieve, counted_rerank
+        seen = _slow_bm25_counted_ltr(s)
         with pytest.raises(grpc.RpcError) as info:
             c.search("coffee", k=2, pipeline="bm25>>ltr", timeout=0.3)
         assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
@@ -160,19 +165,7 @@ def test_cancelled_request_stops_before_its_next_stage(small_index):
 
     with BackgroundServer(_config(small_index, pipelines=["bm25", "bm25>>ltr"])) as s, \
             SearchClient(f"127.0.0.1:{s.port}") as c:
-        first, second = s.server.service.cache.get("bm25>>ltr").stages
-        seen: list[int] = []
-        original_first, original_second = first.retrieve, second.rerank
-
-        def slow_retrieve(queries, k):
-            time.sleep(0.6)
-            return original_first(queries, k)
-
-        def counted_rerank(queries, run, depth):
-            seen.append(len(queries))
-            return original_second(queries, run, depth)
-
-        first.retrieve, second.rerank = slow_retrieve, counted_rerank
+        seen = _slow_bm25_counted_ltr(s)
         call = c.stub.Search.future(search_pb2.SearchRequest(query="coffee", k=2, pipeline="bm25>>ltr"), timeout=30)
         time.sleep(0.3)
         assert call.cancel()
