@@ -9,6 +9,7 @@ asked round-robin. The server's RSS is read from /proc every second.
     python bench/load.py --index indexes/scifact --pipelines bm25,hybrid>>ltr --concurrency 1,8,32 --seconds 20
     python bench/load.py --index indexes/scifact --pipelines bm25>>attention --concurrency 8 --seconds 15 \\
         --compare "--max-batch 1" "--max-batch 16" --rounds 3      # micro-batching's gain, alternating rounds
+    python bench/load.py --index indexes/scifact --pipelines bm25,hybrid>>ltr --seconds 15 --in-process  # no gRPC
     python bench/load.py --index indexes/scifact --pipelines bm25,hybrid>>ltr --concurrency 32 --seconds 60 \\
         --rss-every 5                                             # the 60 s soak: errors and RSS drift
 
@@ -166,6 +167,9 @@ def main() -> None:
     ap.add_argument("--baseline-weir", help="with --compare: the command that starts server A (another version's "
                     "weir, e.g. \"env PYTHONPATH=/path/to/old python -m weir\"); B is this checkout's")
     ap.add_argument("--rss-every", type=float, default=0, help="also print the server's RSS every this many seconds")
+    ap.add_argument("--in-process", action="store_true", help="instead of serving: the same pipelines called in this "
+                    "process, one query per call for --seconds, then all topics in one call (gRPC's cost, by "
+                    "difference)")
     ap.add_argument("--warmup", type=float, default=10, help="seconds of load at the highest concurrency before the "
                     "measured cells, after which 'RSS after warm-up' is read (default 10)")
     args = ap.parse_args()
@@ -173,6 +177,8 @@ def main() -> None:
                                                                encoding="utf-8") if "\t" in line]
     pipelines = [p.strip() for p in args.pipelines.split(",") if p.strip()]
     concurrency = [int(c) for c in args.concurrency.split(",")]
+    if args.in_process:
+        return in_process(args, topics, pipelines)
     if args.compare:
         servers = [Served(args.index, args.compare[0], args.baseline_weir or WEIR), Served(args.index, args.compare[1])]
     else:
@@ -182,6 +188,33 @@ def main() -> None:
     finally:
         for s in servers:
             s.close()
+
+
+def in_process(args, topics: list[str], pipelines: list[str]) -> None:
+    """The pipelines called in this process: one query per call (as one gRPC caller asks), and all topics at once."""
+    from indexer.index_dir import Index
+    from ranker import registry
+    from weir.types import Query
+
+    index = Index(args.index)
+    queries = [Query(str(i), t) for i, t in enumerate(topics)]
+    depth = args.depth or None
+    for spec in pipelines:
+        pipeline = registry.build(spec, index)
+        for q in queries[:20]:
+            pipeline([q], k=args.k, depth=depth)
+        latencies, start = [], time.perf_counter()
+        while time.perf_counter() - start < args.seconds:
+            q = queries[len(latencies) % len(queries)]
+            t = time.perf_counter()
+            pipeline([q], k=args.k, depth=depth)
+            latencies.append((time.perf_counter() - t) * 1000)
+        one = len(latencies) / (time.perf_counter() - start)
+        start = time.perf_counter()
+        pipeline(queries, k=args.k, depth=depth)
+        batch = len(queries) / (time.perf_counter() - start)
+        print(f"{spec}: in process, one query per call {one:.1f} queries/s (p50 {statistics.median(latencies):.1f} ms); "
+              f"all {len(queries)} topics in one call {batch:.1f} queries/s")
 
 
 def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
