@@ -28,7 +28,6 @@ BM25 idf ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the ``contents`` field. An
 from __future__ import annotations
 
 import math
-import threading
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 
@@ -135,7 +134,6 @@ class LuceneStats:
         self._Term = jvm.autoclass("org.apache.lucene.index.Term")
         self.n_docs = int(self.reader.numDocs())
         self._df: dict[str, int] = {}
-        self._lock = threading.Lock()
 
     @jvm.serialized
     def analyze(self, text: str) -> list[str]:

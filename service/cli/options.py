@@ -52,6 +52,11 @@ def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True, pipe
                    help="pairs per forward pass (default: 64 on CPU, 256 on GPU)")
 
 
+def option_values(args: argparse.Namespace) -> dict:
+    """The pipeline options given on the command line, as ranker.options keys (those not given left out)."""
+    return {key: getattr(args, dest) for dest, key in OPTION_KEYS.items() if getattr(args, dest, None) is not None}
+
+
 def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
     """The typed stage options of the parsed command line (raises InputError for a bad value)."""
-    return PipelineOptions.from_mapping({key: getattr(args, dest, None) for dest, key in OPTION_KEYS.items()})
+    return PipelineOptions.from_mapping(option_values(args))

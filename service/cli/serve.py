@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from service.cli.options import OPTION_KEYS, add_pipeline_options, pipeline_options
+from ranker.options import PipelineOptions
+from service.cli.options import add_pipeline_options, option_values
 from weir.types import InputError
 
 
@@ -12,8 +13,8 @@ def cmd_serve(args) -> int:
     from service.config import ServiceConfig
     from service.server import serve
 
-    pipeline_options(args)  # bad options fail here, before anything loads
-    options = {key: getattr(args, dest) for dest, key in OPTION_KEYS.items() if getattr(args, dest, None) is not None}
+    options = option_values(args)
+    PipelineOptions.from_mapping(options)  # bad options fail here, before anything loads
     tls = None
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
