@@ -29,10 +29,17 @@ def _progress(corpus: Corpus, desc: str) -> Iterator[Document]:
         bar.close()
 
 
+def _with_postings(info: dict, out: Path) -> dict:
+    """A finished Lucene component gets its postings exported beside it, for in-process search."""
+    from indexer.postings import write_postings
+
+    return {**info, "postings": write_postings(out)}
+
+
 def _build_bm25(documents: Iterator[Document], out: Path, options: dict) -> dict:
     from indexer.lucene import build_bm25
 
-    return build_bm25(documents, out, threads=options.get("threads"))
+    return _with_postings(build_bm25(documents, out, threads=options.get("threads")), out)
 
 
 def _build_dense(documents: Iterator[Document], out: Path, options: dict) -> dict:
@@ -47,13 +54,13 @@ def _build_dense(documents: Iterator[Document], out: Path, options: dict) -> dic
 def _build_deepct(documents: Iterator[Document], out: Path, options: dict) -> dict:
     from indexer.weighting.build import build_deepct
 
-    return build_deepct(documents, out, options)
+    return _with_postings(build_deepct(documents, out, options), out)
 
 
 def _build_deepimpact(documents: Iterator[Document], out: Path, options: dict) -> dict:
     from indexer.weighting.build import build_deepimpact
 
-    return build_deepimpact(documents, out, options)
+    return _with_postings(build_deepimpact(documents, out, options), out)
 
 
 # component name -> builder(documents, component directory, build options) -> manifest entry; each builder

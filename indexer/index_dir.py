@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from contextlib import contextmanager
 from functools import cached_property
@@ -115,6 +116,8 @@ class Index:
         self.manifest = read_manifest(self.path)
         if verify_checksums:
             verify(self.path, self.manifest)
+        self._postings: dict[str, Any] = {}
+        self._postings_lock = threading.Lock()
 
     @property
     def components(self) -> list[str]:
@@ -127,6 +130,16 @@ class Index:
                 f"rebuild it with `weir index build --with {name}`"
             )
         return self.path / self.manifest["components"][name]["path"]
+
+    def postings(self, component: str):
+        """The postings of a Lucene component (:class:`indexer.postings.Postings`), loaded once per opened index and
+        shared by every stage that searches it."""
+        from indexer.postings import open_postings
+
+        with self._postings_lock:
+            if component not in self._postings:
+                self._postings[component] = open_postings(self.component_path(component))
+            return self._postings[component]
 
     @cached_property
     def lucene(self):

@@ -93,12 +93,18 @@ def write_docid_table(path: Path) -> int:
         reader.close()
 
 
-@jvm.serialized
-def read_docid_table(path: Path, reader) -> list[str]:
+def read_docid_table(path: Path, reader=None) -> list[str]:
     """The collection id of each Lucene doc number: ``docids.txt``, or for an index built by another tool, the
-    stored ``id`` fields read once through ``reader``."""
-    table = path / DOCIDS
-    if not table.is_file():
-        return _stored_ids(reader)
-    with open(table, encoding="utf-8") as f:
-        return f.read().splitlines()
+    stored ``id`` fields read once (through ``reader`` when given)."""
+    table = Path(path) / DOCIDS
+    if table.is_file():
+        with open(table, encoding="utf-8") as f:
+            return f.read().splitlines()
+    with jvm.lock:
+        if reader is not None:
+            return _stored_ids(reader)
+        reader = open_reader(Path(path))
+        try:
+            return _stored_ids(reader)
+        finally:
+            reader.close()

@@ -34,7 +34,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from indexer.index_dir import Index
-from weir import jvm
 from weir.types import Hit, Query, Run
 
 FEATURES = (
@@ -115,54 +114,33 @@ def pair_features(q_terms: Sequence[str], doc_terms: Sequence[str], title_terms:
 
 
 class LuceneStats:
-    """Anserini's analyzer, ``contents`` term statistics and candidate-restricted BM25 over one BM25 index."""
+    """Anserini's analyzer, ``contents`` term statistics and candidate-restricted BM25 over one BM25 index: the
+    statistics come from the index's postings and BM25 is scored in process, exactly as Lucene scores it
+    (:mod:`ranker.retrievers.inverted`); only analysis runs in Java."""
 
-    @jvm.serialized
     def __init__(self, index: Index, *, k1: float = K1, b: float = B, component: str = "bm25"):
-        from ranker.retrievers.lucene import LuceneReader, bag_of_words, bm25_similarity, english_analyzer
+        from ranker.retrievers.inverted import BM25Scores, InvertedIndex
+        from ranker.retrievers.lucene import EnglishAnalyzer
 
-        opened = LuceneReader(index.component_path(component), bm25_similarity(k1, b))
-        self.reader, self.searcher, self.docids = opened.reader, opened.searcher, opened.docids
-        self.analyzer, self._generator = english_analyzer(), bag_of_words()
-        self._analyze = jvm.autoclass("io.anserini.analysis.AnalyzerUtils").analyze
-        self._Builder = jvm.autoclass("org.apache.lucene.search.BooleanQuery$Builder")
-        occur = jvm.autoclass("org.apache.lucene.search.BooleanClause$Occur")
-        self._SHOULD, self._FILTER = occur.SHOULD, occur.FILTER
-        self._TermInSet = jvm.autoclass("org.apache.lucene.search.TermInSetQuery")
-        self._BytesRef = jvm.autoclass("org.apache.lucene.util.BytesRef")
-        self._ArrayList = jvm.autoclass("java.util.ArrayList")
-        self._Term = jvm.autoclass("org.apache.lucene.index.Term")
-        self.n_docs = int(self.reader.numDocs())
-        self._df: dict[str, int] = {}
+        postings = index.postings(component)
+        self.engine = InvertedIndex(BM25Scores(postings, k1, b))
+        self.analyzer = EnglishAnalyzer()
+        self.n_docs = postings.max_doc  # weir's indexes have no deleted documents: numDocs == maxDoc
+        self._term_ids, self._doc_freqs = postings.term_ids, postings.doc_freqs
 
-    @jvm.serialized
     def analyze(self, text: str) -> list[str]:
-        return list(self._analyze(self.analyzer, text).toArray()) if text else []
+        return self.analyzer.analyze(text)
 
-    @jvm.serialized
     def idf(self, term: str) -> float:
-        df = self._df.get(term)
-        if df is None:
-            df = self._df[term] = int(self.reader.docFreq(self._Term("contents", term)))
-        return bm25_idf(self.n_docs, df)
+        t = self._term_ids.get(term)
+        return bm25_idf(self.n_docs, 0 if t is None else int(self._doc_freqs[t]))
 
-    @jvm.serialized
     def bm25(self, text: str, doc_ids: Sequence[str]) -> dict[str, float]:
         """BM25 of ``text`` for each of ``doc_ids`` (0 for a document without a query term)."""
-        out = dict.fromkeys(doc_ids, 0.0)
-        if not doc_ids or not text.strip():
-            return out
-        ids = self._ArrayList()
-        for d in doc_ids:
-            ids.add(self._BytesRef(d.encode("utf-8")))
-        builder = self._Builder()
-        builder.add(self._generator.buildQuery("contents", self.analyzer, text), self._SHOULD)
-        builder.add(self._TermInSet("id", ids), self._FILTER)
-        top = self.searcher.search(builder.build(), len(doc_ids))
-        docids = self.docids
-        for sd in top.scoreDocs:
-            out[docids[sd.doc]] = float(sd.score)
-        return out
+        terms = self.analyze(text) if doc_ids and text.strip() else []
+        if not terms:
+            return dict.fromkeys(doc_ids, 0.0)
+        return dict(zip(doc_ids, self.engine.score(Counter(terms), doc_ids)))
 
 
 class FeatureExtractor:

@@ -1,9 +1,9 @@
 """First stages over learned term weights: DeepCT (BM25 over pseudo-documents) and DeepImpact (sum of impacts).
 
 Both indexes hold terms made by :mod:`indexer.weighting.terms` (written ``--pretokenized``); a query goes through the
-same function, so what a query asks for is exactly what was indexed. Queries are Lucene boolean queries of term
-queries searched directly through pyjnius (:class:`ranker.retrievers.lucene.LuceneTermSearcher`; no stored documents
-are loaded), with Anserini's tie-break (score, then docid):
+same function, so what a query asks for is exactly what was indexed. Queries are scored in process over the
+postings of the Lucene index (:mod:`ranker.retrievers.inverted`), with the scores and tie-break (score, then docid)
+that Lucene gives the same boolean query of term queries:
 
 - ``deepct``: BM25 (default k1=10, b=0.9, the DeepCT paper's) over the pseudo-documents, each query term once per
   occurrence in the query (Anserini's bag of words);
@@ -14,11 +14,11 @@ are loaded), with Anserini's tie-break (score, then docid):
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from indexer.index_dir import Index
 from indexer.weighting.terms import terms as text_terms
-from ranker.retrievers.lucene import LuceneRetriever, LuceneTermSearcher, bm25_similarity
-from weir import jvm
+from ranker.retrievers.inverted import BM25Scores, ImpactScores, InvertedIndex, SparseRetriever, TermScores
 
 
 def deepct_query(text: str) -> dict[str, float]:
@@ -31,13 +31,14 @@ def impact_query(text: str) -> dict[str, float]:
     return dict.fromkeys(text_terms(text), 1)
 
 
-class _TermRetriever(LuceneRetriever):
+class _TermRetriever(SparseRetriever):
     """A first stage over the pretokenized Lucene index of one learned component."""
 
     component = ""
 
-    def __init__(self, index: Index, similarity, *, name: str | None = None):
-        self.searcher = LuceneTermSearcher(index.component_path(self.component), similarity)
+    def __init__(self, index: Index, scores: type[TermScores], *, name: str | None = None, **parameters):
+        index.component_path(self.component)  # a clear error when the index lacks the component
+        self.engine = InvertedIndex(scores(index.postings(self.component), **parameters))
         info = index.manifest["components"][self.component]
         self.model_card = info.get("model")
         self.parameters = info.get("parameters", {})
@@ -46,6 +47,9 @@ class _TermRetriever(LuceneRetriever):
     def query(self, text: str) -> dict[str, float]:
         raise NotImplementedError
 
+    def weights(self, texts: Sequence[str]) -> list[dict[str, float]]:
+        return [self.query(t) for t in texts]
+
 
 class DeepCTRetriever(_TermRetriever):
     """BM25 over DeepCT pseudo-documents (tf = round(100 w)); default k1=10, b=0.9."""
@@ -53,7 +57,7 @@ class DeepCTRetriever(_TermRetriever):
     component = "deepct"
 
     def __init__(self, index: Index, *, k1: float = 10.0, b: float = 0.9):
-        super().__init__(index, bm25_similarity(k1, b))
+        super().__init__(index, BM25Scores, k1=k1, b=b)
         self.k1, self.b = k1, b
 
     def describe(self) -> dict:
@@ -69,7 +73,7 @@ class ImpactRetriever(_TermRetriever):
     component = "deepimpact"
 
     def __init__(self, index: Index):
-        super().__init__(index, jvm.autoclass("io.anserini.search.similarity.ImpactSimilarity")())
+        super().__init__(index, ImpactScores)
 
     def describe(self) -> dict:
         return {**super().describe(), "quantization": self.parameters.get("quantization")}

@@ -1,11 +1,13 @@
-"""Direct Lucene search through pyjnius: top-k over an Anserini index, without loading stored documents.
+"""Lucene reached through pyjnius: Anserini's analyzer (the terms a BM25 index holds for a text, used to turn a query
+into terms), Lucene similarities, and top-k search by Lucene itself.
 
-pyserini's ``LuceneSearcher.batch_search`` loads every hit's stored document (raw text included) inside Anserini
-before handing back ``ScoredDoc`` objects; a first stage needs only (docid, score). Here a query is built exactly as
-Anserini builds it (``DefaultEnglishAnalyzer`` + ``BagOfWordsQueryGenerator`` for BM25 over text; a boolean query of
-weighted term queries for the pretokenized learned-weight indexes), searched with Anserini's tie-breaking sort
-(score, then docid), and Lucene's internal doc numbers are mapped to collection ids through the table written at
-index time (:mod:`indexer.lucene`). The BM25 hits are identical to pyserini's, rank for rank.
+weir's first stages score in process (:mod:`ranker.retrievers.inverted`); the searchers here are Lucene's own
+answer, kept as the reference those stages are checked against (tests, ``bench/sparse_throughput.py``) and for
+training code that searches a throwaway index. A query is built exactly as Anserini builds it
+(``DefaultEnglishAnalyzer`` + ``BagOfWordsQueryGenerator`` for BM25 over text; a boolean query of weighted term
+queries for the pretokenized learned-weight indexes), searched with Anserini's tie-breaking sort (score, then
+docid), and Lucene's doc numbers are mapped to collection ids through the table written at index time
+(:mod:`indexer.lucene`). The BM25 hits are identical to pyserini's, rank for rank.
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from indexer.lucene import open_reader, read_docid_table
-from ranker.stage import Retriever
 from weir import jvm
-from weir.types import Hit, Query, Run
 
 
 def bm25_similarity(k1: float, b: float):
@@ -33,6 +33,47 @@ def english_analyzer():
 def bag_of_words():
     """Anserini's query generator for BM25 over text: one SHOULD term query per analyzed query term."""
     return jvm.autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
+
+
+class EnglishAnalyzer:
+    """Anserini's default English analyzer, run in Java: the terms of a text as the BM25 index holds them.
+
+    A call through pyjnius costs far more than analyzing a query, and converting a Java list element by element more
+    again: a text's terms come back as one string (``List.toString()``: ``[t1, t2]``; a term never holds a space),
+    and a batch of texts is analyzed in one call, joined by a separator word whose term then splits the result
+    (the analyzer is per token, so joining texts on whitespace changes no term). A batch whose texts hold the
+    separator word themselves is analyzed text by text."""
+
+    SEPARATOR = "weirqueryseparator"
+
+    @jvm.serialized
+    def __init__(self):
+        self.analyzer = english_analyzer()
+        self._analyze = jvm.autoclass("io.anserini.analysis.AnalyzerUtils").analyze
+        separator = self.analyze(self.SEPARATOR)
+        self._separator = separator[0] if len(separator) == 1 else None
+
+    @jvm.serialized
+    def analyze(self, text: str) -> list[str]:
+        if not text:
+            return []
+        listed = self._analyze(self.analyzer, text).toString()
+        return listed[1:-1].split(", ") if len(listed) > 2 else []
+
+    @jvm.serialized
+    def analyze_many(self, texts: Sequence[str]) -> list[list[str]]:
+        if len(texts) < 2 or self._separator is None:
+            return [self.analyze(t) for t in texts]
+        out: list[list[str]] = [[]]
+        separator = self._separator
+        for term in self.analyze(f"\n{self.SEPARATOR}\n".join(texts)):
+            if term == separator:
+                out.append([])
+            else:
+                out[-1].append(term)
+        if len(out) != len(texts):  # a text held the separator word
+            return [self.analyze(t) for t in texts]
+        return out
 
 
 class LuceneReader:
@@ -116,19 +157,3 @@ class LuceneTermSearcher(LuceneSearcher):
             q = self._term_query(self._term(self.field, term))
             builder.add(q if w == 1 else self._boost(q, float(w)), self._should)
         return builder.build()
-
-
-class LuceneRetriever(Retriever):
-    """A first stage over a :class:`LuceneSearcher` (``self.searcher``): :meth:`query` turns a query's text into what
-    the searcher searches (the text itself for BM25, weighted terms for the learned indexes)."""
-
-    searcher: LuceneSearcher
-
-    def query(self, text: str):
-        return text
-
-    def retrieve(self, queries: Sequence[Query], k: int) -> Run:
-        results = self.searcher.search_many([self.query(q.text) for q in queries], k)
-        name = self.name
-        return Run({q.id: [Hit(docid, score, rank, {name: score}) for rank, (docid, score) in enumerate(hits, start=1)]
-                    for q, hits in zip(queries, results)})

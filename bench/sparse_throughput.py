@@ -1,0 +1,213 @@
+"""Sparse first-stage throughput: weir's BM25 against bm25s and pyserini, side by side, in alternating rounds.
+
+Each engine answers the same topics at the same k and turns its answer into what a run writer needs, a ranked list
+of (collection id, score) per query; query analysis is inside the timing for all three. Engines:
+
+- ``weir``: ``BM25.search`` (Anserini's analyzer, Lucene's BM25 scored in process, :mod:`ranker.retrievers.inverted`);
+- ``weir Run``: ``BM25.retrieve``, the same hits as the ``Run`` of ``Hit`` objects a pipeline passes on (context);
+- ``weir before``: the first stage before in-process scoring: Lucene searched through pyjnius per query, hits read
+  back per hit (``ranker.retrievers.lucene.LuceneBM25Searcher``), as a ``Run``;
+- ``bm25s``: bm25s ``method="lucene"``, k1 0.9, b 0.4, PyStemmer English stemmer, English stopwords, over title +
+  text, its numpy backend, ``n_threads=--threads``;
+- ``pyserini``: ``LuceneSearcher.batch_search`` with ``--threads`` threads over weir's own BM25 index.
+
+Rounds alternate the engines (A B C D, A B C D ...); each round runs ``--passes`` passes over at least
+``--min-queries`` queries (the topics repeated). Printed: median [min-max] queries/s over every pass, the median of
+the per-round ratios weir / bm25s, nDCG@10, how many queries weir ranks exactly as Lucene (ids and scores)
+and as pyserini (ids), then single-query latency at k=10 (median, p99) before and after, and the load time and resident memory of an opened
+index (measured in a fresh process).
+
+Usage: python bench/sparse_throughput.py [--collections beir-scifact,msmarco-passage-trec-dl-pool] [--k 10,100,1000]
+       [--rounds 3] [--passes 3] [--threads 2] [--indexes DIR]   (DIR keeps built indexes between runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import COLLECTIONS, ROOT, percentile, summary
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def memory_child(index_path: str) -> None:
+    """In a fresh process: RSS with the JVM started, then the load time and RSS of an opened BM25 first stage."""
+    from weir import jvm
+
+    jvm.ensure()
+    from indexer.index_dir import Index
+    from ranker.retrievers.bm25 import BM25
+    from ranker.retrievers.lucene import EnglishAnalyzer
+
+    EnglishAnalyzer().analyze("warm up the analyzer")
+    gc.collect()
+    before = rss_mib()
+    start = time.perf_counter()
+    bm25 = BM25(Index(index_path))
+    seconds = time.perf_counter() - start
+    gc.collect()
+    print(json.dumps({"load_s": seconds, "rss_mib": rss_mib() - before, "arrays_mib": bm25.engine.nbytes / 2**20,
+                      "documents": bm25.engine.postings.max_doc, "postings": len(bm25.engine.postings.docs)}))
+
+
+def corpus(path: Path) -> tuple[list[str], list[str]]:
+    ids, texts = [], []
+    with open(path / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            ids.append(d["id"])
+            texts.append(f"{d.get('title') or ''} {d.get('text') or ''}".strip())
+    return ids, texts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--collections", default="beir-scifact,msmarco-passage-trec-dl-pool")
+    ap.add_argument("--k", default="10,100,1000", help="depths, comma-separated")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--min-queries", type=int, default=300)
+    ap.add_argument("--threads", type=int, default=2, help="bm25s n_threads and pyserini threads")
+    ap.add_argument("--latency-queries", type=int, default=300)
+    ap.add_argument("--indexes", help="directory keeping the weir indexes built here between runs")
+    ap.add_argument("--memory-child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.memory_child:
+        memory_child(args.memory_child)
+        return
+
+    depths = [int(k) for k in args.k.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.collections.split(","):
+            bench_collection(name, args, depths, Path(args.indexes or tmp))
+
+
+def bench_collection(name: str, args: argparse.Namespace, depths: list[int], index_root: Path) -> None:
+    import bm25s
+    import numpy as np
+    import Stemmer
+
+    from indexer.build import build_index
+    from indexer.index_dir import Index
+    from ranker.evaluation.measures import evaluate
+    from ranker.retrievers.bm25 import BM25
+    from ranker.retrievers.lucene import LuceneBM25Searcher
+    from weir import jvm
+    from weir.trec import read_qrels, read_topics
+    from weir.types import Hit, Query, Run
+
+    jvm.ensure()
+    from pyserini.search.lucene import LuceneSearcher
+
+    coll = COLLECTIONS / name
+    index_dir = index_root / name
+    if not (index_dir / "manifest.json").is_file():
+        build_index(coll, index_dir)
+    index = Index(index_dir)
+    topics = read_topics(coll / "queries.tsv")
+    qrels = read_qrels(coll / "qrels.txt")
+    texts, qids = [q.text for q in topics], [q.id for q in topics]
+    repeat = -(-args.min_queries // len(texts))
+    pass_texts = texts * repeat
+
+    weir = BM25(index)
+    lucene = LuceneBM25Searcher(index.component_path("bm25"))
+    pyserini = LuceneSearcher(str(index.component_path("bm25")))
+    pyserini.set_bm25(0.9, 0.4)
+    ids, docs = corpus(coll)
+    stemmer = Stemmer.Stemmer("english")
+    start = time.perf_counter()
+    peer = bm25s.BM25(method="lucene", k1=0.9, b=0.4)
+    peer.index(bm25s.tokenize(docs, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    peer_build = time.perf_counter() - start
+    id_array = np.asarray(ids, dtype=object)
+
+    def run_weir(batch, k):
+        return weir.search(batch, k)
+
+    def run_weir_run(batch, k):
+        return weir.retrieve([Query(str(i), t) for i, t in enumerate(batch)], k)
+
+    def run_before(batch, k):  # the Lucene first stage as weir ran it before: hits read back one by one
+        return Run({str(i): [Hit(d, s, r, {"bm25": s}) for r, (d, s) in enumerate(hits, start=1)]
+                    for i, hits in enumerate(lucene.search_many(batch, k))})
+
+    def run_bm25s(batch, k):
+        tokens = bm25s.tokenize(batch, stopwords="en", stemmer=stemmer, show_progress=False)
+        found, scores = peer.retrieve(tokens, k=min(k, len(ids)), n_threads=args.threads, show_progress=False)
+        return [list(zip(id_array[row].tolist(), s.tolist())) for row, s in zip(found, scores)]
+
+    def run_pyserini(batch, k):
+        keys = [str(i) for i in range(len(batch))]
+        results = pyserini.batch_search(batch, keys, k=k, threads=args.threads)
+        return [[(h.docid, h.score) for h in results[key]] for key in keys]
+
+    engines = {"weir": run_weir, "weir Run": run_weir_run, "weir before": run_before, "bm25s": run_bm25s,
+               "pyserini": run_pyserini}
+    print(f"\n## {name}: {len(ids):,} documents, {len(texts)} topics ({len(pass_texts)} queries a pass), "
+          f"threads {args.threads}, {args.rounds} rounds x {args.passes} passes; bm25s index built in "
+          f"{peer_build:.1f} s")
+    for k in depths:
+        ours = run_weir(texts, k)
+        same_lucene = sum(1 for a, b in zip(ours, lucene.search_many(texts, k)) if a == b)
+        same_ids = sum(1 for a, b in zip(ours, run_pyserini(texts, k)) if [d for d, _ in a] == [d for d, _ in b])
+        ndcg = {}
+        for engine in ("weir", "bm25s", "pyserini"):
+            hits = engines[engine](texts, k)
+            ndcg[engine] = evaluate({q: {d: s for d, s in h} for q, h in zip(qids, hits)}, qrels,
+                                    ["nDCG@10"])["nDCG@10"]
+        rates: dict[str, list[float]] = {e: [] for e in engines}
+        ratios = []
+        for _ in range(args.rounds):
+            round_rates = {}
+            for engine, fn in engines.items():
+                passes = []
+                for _ in range(args.passes):
+                    gc.collect()
+                    start = time.perf_counter()
+                    fn(pass_texts, k)
+                    passes.append(len(pass_texts) / (time.perf_counter() - start))
+                rates[engine] += passes
+                round_rates[engine] = statistics.median(passes)
+            ratios.append(round_rates["weir"] / round_rates["bm25s"])
+        print(f"\nk={k}: weir ranks {same_lucene}/{len(texts)} queries exactly as Lucene (ids and scores), "
+              f"{same_ids}/{len(texts)} as pyserini (ids; pyserini rounds its scores to 4 decimals)")
+        print("| engine | queries/s, median [min-max] | nDCG@10 |\n|---|---|---|")
+        for engine in engines:
+            print(f"| {engine} | {summary(rates[engine])} | {ndcg.get(engine, ndcg['weir']):.4f} |")
+        print(f"weir / bm25s: {statistics.median(ratios):.2f}x (median of per-round ratios "
+              f"{', '.join(f'{r:.2f}' for r in ratios)})")
+
+    lat_texts = (texts * -(-args.latency_queries // len(texts)))[:args.latency_queries]
+    latency = {"weir before": [], "weir": []}
+    for text in lat_texts:  # alternate query by query
+        for engine, fn in (("weir before", run_before), ("weir", run_weir_run)):
+            start = time.perf_counter()
+            fn([text], 10)
+            latency[engine].append((time.perf_counter() - start) * 1000)
+    print(f"\nsingle-query latency, k=10, {len(lat_texts)} queries alternating (ms):")
+    for engine, values in latency.items():
+        print(f"  {engine:<12} median {statistics.median(values):.3f}  p99 {percentile(values, 99):.3f}")
+    out = subprocess.run([sys.executable, __file__, "--memory-child", str(index_dir)], capture_output=True,
+                         text=True, check=True, cwd=ROOT)
+    mem = json.loads(out.stdout.strip().splitlines()[-1])
+    per_million = mem["rss_mib"] / mem["documents"] * 1e6
+    print(f"\nopened index (fresh process): load {mem['load_s']:.2f} s, RSS +{mem['rss_mib']:.1f} MiB "
+          f"({per_million:,.0f} MiB per million documents; arrays {mem['arrays_mib']:.1f} MiB for "
+          f"{mem['postings']:,} postings, {mem['arrays_mib'] * 2**20 / mem['postings']:.1f} bytes a posting)")
+    pyserini.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Top-k over a Lucene field's postings in this process: Lucene's BM25 and impact scores and rankings, bit for bit.
+
+Why by hand: searching through Lucene costs the Java bridge per hit and holds the one Java lock per query
+(:mod:`weir.jvm`); bm25s and friends are fast but score their own index, not Lucene's (their rankings differ from
+pyserini's). Here the postings are read once from the Lucene index (:mod:`indexer.postings`) and a query is scored
+term at a time into a dense accumulator, the way bm25s does, with Lucene's arithmetic reproduced operation for
+operation (Lucene 9.9, read from its bytecode):
+
+- BM25 (``BM25Similarity``): ``idf = (float) log(1 + (docCount - df + 0.5) / (df + 0.5))`` in double;
+  ``avgdl = (float) (sumTotalTermFreq / (double) docCount)``; per norm byte
+  ``cache[n] = 1f / (k1 * ((1 - b) + b * LENGTH_TABLE[n] / avgdl))`` in float; a term's weight is
+  ``boost * idf`` and its score ``weight - weight / (1f + freq * cache[norm])``, all in float (IEEE single
+  precision in Java and in numpy alike);
+- impacts (Anserini's ``ImpactSimilarity``): ``freq * boost`` in float;
+- a document's score is the double sum of its terms' float scores, cast to float (Lucene's disjunction scorers
+  sum in double). Those sums are exact here (a few float terms of similar magnitude fit a double's mantissa), so
+  the order of the terms does not matter;
+- ties are broken as weir's Lucene search broke them (``Sort(SCORE, id STRING_VAL)``): by collection id in UTF-8
+  byte order (Python's string order), then by Lucene doc number.
+
+``tests/ranker/test_inverted.py`` checks every query and rank against Lucene on real collections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from indexer.postings import LENGTH_TABLE, Postings
+from ranker.stage import Retriever
+from weir.types import Hit, Query, Run
+
+ONE = np.float32(1)
+
+
+class TermScores:
+    """The float score of each posting of a term for a query weight (boost); subclasses hold one similarity."""
+
+    name = ""
+
+    def __init__(self, postings: Postings):
+        self.postings = postings
+
+    def contributions(self, term: int, boost: float) -> np.ndarray:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"similarity": self.name}
+
+
+class BM25Scores(TermScores):
+    """Lucene's ``BM25Similarity(k1, b)``. The scores at boost 1 (every query term asked once) are precomputed
+    for all postings, bm25s-style; other boosts are computed for the term's postings when asked."""
+
+    name = "bm25"
+
+    def __init__(self, postings: Postings, k1: float, b: float):
+        super().__init__(postings)
+        if postings.norms is None:
+            raise ValueError(f"field {postings.field!r} has no length norms: BM25 needs them")
+        self.k1, self.b = np.float32(k1), np.float32(b)
+        avgdl = np.float32(postings.sum_total_term_freq / float(postings.doc_count))
+        lengths = LENGTH_TABLE.astype(np.float32)
+        self.cache = (ONE / (self.k1 * ((ONE - self.b) + self.b * lengths / avgdl))).astype(np.float32)
+        df = postings.doc_freqs.astype(np.float64)
+        n = float(postings.doc_count)
+        self.idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        # per posting: 1 + freq * cache[norm], and the score at boost 1
+        self.denominator = (ONE + postings.freqs.astype(np.float32) * self.cache[postings.norms[postings.docs]])
+        weight = np.repeat(self.idf, postings.doc_freqs)
+        self.unit = (weight - weight / self.denominator).astype(np.float32)
+        self.denominator = None if (self.unit > 0).all() else self.denominator  # kept only where a score can be 0
+
+    def contributions(self, term: int, boost: float) -> np.ndarray:
+        start, end = self.postings.offsets[term], self.postings.offsets[term + 1]
+        if boost == 1:
+            return self.unit[start:end]
+        weight = np.float32(boost) * self.idf[term]
+        p = self.postings
+        denominator = ONE + p.freqs[start:end].astype(np.float32) * self.cache[p.norms[p.docs[start:end]]]
+        return weight - weight / denominator
+
+    def describe(self) -> dict:
+        return {**super().describe(), "k1": float(self.k1), "b": float(self.b)}
+
+
+class ImpactScores(TermScores):
+    """Anserini's ``ImpactSimilarity``: a posting's score is its stored frequency (the quantized impact) times the
+    query term's weight."""
+
+    name = "impact"
+
+    def __init__(self, postings: Postings):
+        super().__init__(postings)
+        self.unit = postings.freqs.astype(np.float32)
+
+    def contributions(self, term: int, boost: float) -> np.ndarray:
+        start, end = self.postings.offsets[term], self.postings.offsets[term + 1]
+        if boost == 1:
+            return self.unit[start:end]
+        return self.unit[start:end] * np.float32(boost)
+
+
+class InvertedIndex:
+    """Top-k search and candidate scoring over one field's postings with one similarity. Thread-safe: a search
+    reads shared arrays only and accumulates into arrays of its own."""
+
+    def __init__(self, scores: TermScores):
+        postings = scores.postings
+        docids = postings.docids
+        if len(docids) != postings.max_doc:
+            raise ValueError(f"{len(docids)} collection ids for {postings.max_doc} Lucene documents")
+        self.scores = scores
+        self.postings = postings
+        self.docids = docids
+        # rank of each document's id in string order: the tie-break after the score
+        self.id_rank = np.empty(len(docids), dtype=np.int64)
+        self.id_rank[np.argsort(np.asarray(docids, dtype=str), kind="stable")] = np.arange(len(docids))
+        self._doc_numbers: dict[str, int] | None = None
+        self._docid_array = np.asarray(docids, dtype=object)
+
+    def _accumulate(self, weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+        """Every document's score (the double sum of its float term scores; one ``bincount`` over the postings of
+        the query's terms), and the doc numbers of those postings (empty when no query term is in the index)."""
+        term_ids, offsets, docs = self.postings.term_ids, self.postings.offsets, self.postings.docs
+        found, contributions = [], []
+        for term, weight in weights.items():
+            if not weight > 0:
+                raise ValueError(f"query term weights must be positive (got {weight!r} for {term!r})")
+            t = term_ids.get(term)
+            if t is not None:
+                found.append(docs[offsets[t]:offsets[t + 1]])
+                contributions.append(self.scores.contributions(t, weight))
+        if not found:
+            return np.zeros(0), np.zeros(0, dtype=np.int32)
+        matched = np.concatenate(found) if len(found) > 1 else found[0]
+        scores = np.concatenate(contributions) if len(found) > 1 else contributions[0]
+        return np.bincount(matched, weights=scores, minlength=self.postings.max_doc), matched
+
+    def search(self, weights: Mapping[str, float], k: int) -> list[tuple[str, float]]:
+        """The top ``k`` (collection id, score) for a query given as {term: weight}, in Lucene's order."""
+        docs, scores = self.top(weights, k)
+        return list(zip(self._docid_array[docs].tolist(), scores.tolist()))
+
+    def top(self, weights: Mapping[str, float], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``k`` as arrays: Lucene doc numbers and float32 scores, best first."""
+        acc, matched = self._accumulate(weights) if k > 0 else (None, ())
+        if not len(matched):
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        if self.scores_can_be_zero or len(matched) * 8 < len(acc):
+            candidates = np.unique(matched)
+        else:  # every matched document has a positive sum
+            candidates = np.flatnonzero(acc)
+        scores = acc[candidates].astype(np.float32)
+        if len(candidates) > k:
+            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+            keep = scores >= kth
+            candidates, scores = candidates[keep], scores[keep]
+        # one sort key: a positive float32's bits order like its value; higher scores first, then the id's rank
+        key = (np.int64(0x7FFFFFFF) - scores.view(np.int32)) << 32 | self.id_rank[candidates]
+        order = np.argsort(key)[:k]
+        return candidates[order], scores[order]
+
+    @property
+    def scores_can_be_zero(self) -> bool:
+        return getattr(self.scores, "denominator", None) is not None
+
+    def score(self, weights: Mapping[str, float], docids: Sequence[str]) -> list[float]:
+        """The score of each of ``docids`` for the query (0 for a document without a query term, or unknown)."""
+        if self._doc_numbers is None:
+            self._doc_numbers = {d: i for i, d in enumerate(self.docids)}
+        acc, matched = self._accumulate(weights)
+        if not len(matched):
+            return [0.0] * len(docids)
+        numbers = self._doc_numbers
+        return [float(np.float32(acc[numbers[d]])) if d in numbers else 0.0 for d in docids]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays searched (postings, norms, precomputed scores, tie-break ranks)."""
+        extra = sum(a.nbytes for a in (getattr(self.scores, "unit", None), getattr(self.scores, "denominator", None),
+                                        self.id_rank) if a is not None)
+        return self.postings.nbytes + extra
+
+
+class SparseRetriever(Retriever):
+    """A first stage over an :class:`InvertedIndex` (``self.engine``): :meth:`weights` turns query texts into
+    {term: weight} (analyzed terms for BM25, the learned models' terms for the learned indexes)."""
+
+    engine: InvertedIndex
+
+    def weights(self, texts: Sequence[str]) -> list[dict[str, float]]:
+        raise NotImplementedError
+
+    def search(self, texts: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+        """The top ``k`` (collection id, score) of each query text, best first: this stage without a :class:`Run`."""
+        return [self.engine.search(w, k) for w in self.weights(texts)]
+
+    def retrieve(self, queries: Sequence[Query], k: int) -> Run:
+        name = self.name
+        return Run({q.id: [Hit(docid, score, rank, {name: score}) for rank, (docid, score) in enumerate(hits, start=1)]
+                    for q, hits in zip(queries, self.search([q.text for q in queries], k))})

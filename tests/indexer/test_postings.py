@@ -1,0 +1,84 @@
+"""Postings exported from a Lucene index: what Lucene holds, stored with the index, refused when stale."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from indexer.build import build_index
+from indexer.index_dir import Index
+from indexer.postings import DIRECTORY, LENGTH_TABLE, Postings, export, open_postings
+from weir import jvm
+
+DOCS = [
+    {"id": "b", "title": "Apple pie", "text": "apple apple banana split with banana"},
+    {"id": "a", "title": "", "text": "cherry orange"},
+    {"id": "c", "title": "Banana bread", "text": "bread recipe apple " + "long " * 400},
+    {"id": "d", "title": "", "text": "the of and"},  # stopwords only: no posting, no norm
+]
+
+
+@pytest.fixture(scope="module")
+def small_index(tmp_path_factory):
+    root = tmp_path_factory.mktemp("postings")
+    (root / "coll").mkdir()
+    (root / "coll" / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    build_index(root / "coll", root / "index", components=("bm25",))
+    return Index(root / "index")
+
+
+def test_length_table_is_lucenes_smallfloat():
+    small_float = jvm.autoclass("org.apache.lucene.util.SmallFloat")
+    java = [small_float.byte4ToInt(b - 256 if b > 127 else b) for b in range(256)]
+    assert LENGTH_TABLE.tolist() == java
+
+
+def test_stored_postings_are_lucenes(small_index):
+    path = small_index.component_path("bm25")
+    entry = small_index.manifest["components"]["bm25"]["postings"]
+    assert entry["directory"] == DIRECTORY and (path / DIRECTORY / "meta.json").is_file()
+    stored, fresh = open_postings(path), export(path, progress=False)
+    for name in ("offsets", "docs", "freqs", "norms"):
+        assert np.array_equal(getattr(stored, name), getattr(fresh, name)), name
+    assert stored.terms == fresh.terms and sorted(stored.docids) == sorted(d["id"] for d in DOCS)
+    ids = stored.docids  # Lucene's doc order (the indexer's threads choose it)
+
+    def postings(term: str) -> dict[str, int]:
+        t = stored.terms.index(term)
+        start, end = stored.offsets[t], stored.offsets[t + 1]
+        assert list(stored.docs[start:end]) == sorted(stored.docs[start:end])
+        return {ids[d]: int(f) for d, f in zip(stored.docs[start:end], stored.freqs[start:end])}
+
+    assert postings("appl") == {"b": 3, "c": 1}  # "Apple pie" + "apple apple ...": title and text both count
+    assert postings("banana") == {"b": 2, "c": 1} and postings("long") == {"c": 400}
+    assert stored.doc_count == 3 and stored.max_doc == 4  # the stopword-only document has no term
+    # Lucene's length norms, one byte each: 7 terms in "b" ("with" is a stopword), 405 in "c", none in "d"
+    int_to_byte4 = jvm.autoclass("org.apache.lucene.util.SmallFloat").intToByte4
+    norms = dict(zip(ids, stored.norms.tolist()))
+    assert norms == {"b": 7, "a": int_to_byte4(2) & 0xFF, "c": int_to_byte4(405) & 0xFF, "d": 0}
+    assert LENGTH_TABLE[norms["c"]] <= 405 < LENGTH_TABLE[norms["c"] + 1]
+    assert stored.sum_total_term_freq == int(stored.freqs.sum())
+
+
+def test_postings_of_a_changed_index_are_refused(small_index, tmp_path):
+    import shutil
+
+    path = tmp_path / "bm25"
+    shutil.copytree(small_index.component_path("bm25"), path)
+    commit = next(p for p in path.glob("segments_*"))
+    commit.write_bytes(commit.read_bytes() + b"\0")
+    with pytest.raises(ValueError, match="another state of the Lucene index"):
+        Postings.read(path / DIRECTORY, path)
+
+
+def test_an_index_without_stored_postings_is_exported_when_opened(small_index, tmp_path, caplog):
+    import shutil
+
+    path = tmp_path / "bm25"
+    shutil.copytree(small_index.component_path("bm25"), path)
+    shutil.rmtree(path / DIRECTORY)
+    postings = open_postings(path)
+    assert "no stored postings" in caplog.text
+    assert postings.terms == open_postings(small_index.component_path("bm25")).terms
