@@ -34,7 +34,7 @@ demo: install
 	COLLECTION="$(COLLECTION)" PORT="$(PORT)" PY="$(PY)" bash scripts/demo.sh
 
 bench: install
-	$(PY) bench/bm25_throughput.py
+	$(PY) bench/sparse_throughput.py
 	$(PY) bench/grpc_latency.py
 
 clean:

@@ -35,9 +35,11 @@ ONE = np.float32(1)
 
 
 class TermScores:
-    """The float score of each posting of a term for a query weight (boost); subclasses hold one similarity."""
+    """The float score of each posting of a term for a query weight (boost); subclasses hold one similarity and
+    ``unit``, the score of every posting at weight 1."""
 
     name = ""
+    unit: np.ndarray
 
     def __init__(self, postings: Postings):
         self.postings = postings
@@ -124,14 +126,16 @@ class InvertedIndex:
         """Every document's score (the double sum of its float term scores; one ``bincount`` over the postings of
         the query's terms), and the doc numbers of those postings (empty when no query term is in the index)."""
         term_ids, offsets, docs = self.postings.term_ids, self.postings.offsets, self.postings.docs
+        unit = self.scores.unit
         found, contributions = [], []
         for term, weight in weights.items():
             if not weight > 0:
                 raise ValueError(f"query term weights must be positive (got {weight!r} for {term!r})")
             t = term_ids.get(term)
             if t is not None:
-                found.append(docs[offsets[t]:offsets[t + 1]])
-                contributions.append(self.scores.contributions(t, weight))
+                start, end = offsets[t], offsets[t + 1]
+                found.append(docs[start:end])
+                contributions.append(unit[start:end] if weight == 1 else self.scores.contributions(t, weight))
         if not found:
             return np.zeros(0), np.zeros(0, dtype=np.int32)
         matched = np.concatenate(found) if len(found) > 1 else found[0]
@@ -148,14 +152,18 @@ class InvertedIndex:
         acc, matched = self._accumulate(weights) if k > 0 else (None, ())
         if not len(matched):
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
-        if self.scores_can_be_zero or len(matched) * 8 < len(acc):
-            candidates = np.unique(matched)
-        else:  # every matched document has a positive sum
-            candidates = np.flatnonzero(acc)
+        if len(matched) * 8 < len(acc):  # few postings: the matched documents, sorted and deduplicated
+            ordered = np.sort(matched)  # (np.unique is ten times slower here: numpy 2.4)
+            candidates = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+        elif self.scores_can_be_zero:
+            hit = np.zeros(len(acc), dtype=bool)
+            hit[matched] = True
+            candidates = np.flatnonzero(hit)
+        else:  # many: one pass over the collection (a matched document's sum is positive)
+            candidates = np.flatnonzero(acc != 0)
         scores = acc[candidates].astype(np.float32)
-        if len(candidates) > k:
-            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-            keep = scores >= kth
+        if len(candidates) > k:  # the k-th best score; every document scoring it stays, for the tie-break to choose
+            keep = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
             candidates, scores = candidates[keep], scores[keep]
         # one sort key: a positive float32's bits order like its value; higher scores first, then the id's rank
         key = (np.int64(0x7FFFFFFF) - scores.view(np.int32)) << 32 | self.id_rank[candidates]
