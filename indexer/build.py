@@ -33,7 +33,7 @@ def _with_postings(info: dict, out: Path) -> dict:
     """A finished Lucene component gets its postings exported beside it, for in-process search."""
     from indexer.postings import write_postings
 
-    return {**info, "postings": write_postings(out)}
+    return {**info, "postings_arrays": write_postings(out)}
 
 
 def _build_bm25(documents: Iterator[Document], out: Path, options: dict) -> dict:

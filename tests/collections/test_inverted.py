@@ -51,7 +51,7 @@ def _assert_same(reference, engine, queries) -> None:
 def test_bm25_ranks_every_scifact_query_as_lucene_does(index_factory):
     coll = collection("beir-scifact")
     index = Index(index_factory("beir-scifact"))
-    manifest_entry = index.manifest["components"]["bm25"]["postings"]
+    manifest_entry = index.manifest["components"]["bm25"]["postings_arrays"]
     assert manifest_entry["postings"] > 500_000 and (index.component_path("bm25") / "postings" / "meta.json").is_file()
     bm25 = BM25(index)
     reference = LuceneBM25Searcher(index.component_path("bm25"))

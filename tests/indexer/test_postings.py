@@ -37,7 +37,7 @@ def test_length_table_is_lucenes_smallfloat():
 
 def test_stored_postings_are_lucenes(small_index):
     path = small_index.component_path("bm25")
-    entry = small_index.manifest["components"]["bm25"]["postings"]
+    entry = small_index.manifest["components"]["bm25"]["postings_arrays"]
     assert entry["directory"] == DIRECTORY and (path / DIRECTORY / "meta.json").is_file()
     stored, fresh = open_postings(path), export(path, progress=False)
     for name in ("offsets", "docs", "freqs", "norms"):
