@@ -65,8 +65,8 @@ def staged_directory(out: Path, *, overwrite: bool):
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
-    with open(directory / MANIFEST, "w", encoding="utf-8") as f:
+def write_manifest(directory: Path, manifest: dict[str, Any], *, name: str = MANIFEST) -> None:
+    with open(directory / name, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, sort_keys=False)
         f.write("\n")
 
@@ -96,6 +96,33 @@ def verify(directory: str | os.PathLike, manifest: dict[str, Any] | None = None)
         if digest != component["sha256"]:
             raise InputError(f"{directory}: component {name!r} does not match its manifest checksum (modified or corrupt)")
     return manifest
+
+
+def store_postings(directory: str | os.PathLike) -> list[str]:
+    """Give every Lucene component of an index built before weir stored postings its ``postings/`` arrays
+    (:mod:`indexer.postings`), in place: each component is checked against its manifest checksum first, then exported,
+    re-checksummed, and the manifest replaced atomically. Returns the components upgraded (none when all have them)."""
+    from indexer.postings import write_postings
+
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    upgraded = []
+    for name, component in manifest["components"].items():
+        if not str(component.get("type", "")).startswith("lucene-") or "postings_arrays" in component:
+            continue
+        path = directory / component["path"]
+        digest, _, _ = tree_checksum(path)
+        if digest != component["sha256"]:
+            raise InputError(f"{directory}: component {name!r} does not match its manifest checksum (modified or "
+                             "corrupt); rebuild the index")
+        component["postings_arrays"] = write_postings(path)
+        component["sha256"], component["files"], component["bytes"] = tree_checksum(path)
+        upgraded.append(name)
+    if upgraded:
+        tmp = directory / f"{MANIFEST}.tmp-{os.getpid()}"
+        write_manifest(directory, manifest, name=tmp.name)
+        os.replace(tmp, directory / MANIFEST)
+    return upgraded
 
 
 class Timer:

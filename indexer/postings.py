@@ -19,7 +19,7 @@ so the component's checksum covers them):
   and the sha256 of the Lucene commit (``segments_N``) they were read from, checked at every load.
 
 An index built before this module existed has no ``postings/``: it is exported in memory when opened (a few
-seconds per 100k documents), with a warning that a rebuild stores it.
+seconds per 100k documents), with a warning; ``weir index upgrade`` stores the arrays in place.
 """
 
 from __future__ import annotations
@@ -245,5 +245,5 @@ def open_postings(lucene_path: Path, field: str = FIELD) -> Postings:
             raise ValueError(f"{directory} holds field {postings.field!r}, not {field!r}")
         return postings
     log.warning("%s has no stored postings (built before weir stored them): reading them from Lucene now; "
-                "rebuild the index to store them and open it at once", lucene_path)
+                "`weir index upgrade INDEX` stores them, and the index then opens at once", lucene_path)
     return export(lucene_path, field)

@@ -1,5 +1,5 @@
-"""`weir index build | verify`: a collection in, an index directory out; its components checked against the
-manifest."""
+"""`weir index build | verify | upgrade`: a collection in, an index directory out; its components checked against
+the manifest; an index of an earlier weir brought up to date."""
 
 from __future__ import annotations
 
@@ -34,6 +34,18 @@ def cmd_verify(args) -> int:
 
     manifest = verify(args.index)
     print(f"{args.index}: {len(manifest['components'])} component(s) match their checksums", file=sys.stderr)
+    return 0
+
+
+def cmd_upgrade(args) -> int:
+    from indexer.index_dir import store_postings
+
+    upgraded = store_postings(args.index)
+    if upgraded:
+        print(f"{args.index}: stored the postings of {', '.join(upgraded)} (in-process search; checksums updated)",
+              file=sys.stderr)
+    else:
+        print(f"{args.index}: up to date", file=sys.stderr)
     return 0
 
 
@@ -74,3 +86,12 @@ def add_parsers(sub) -> None:
     v = idx.add_parser("verify", help="check an index's components against the checksums of its manifest")
     v.add_argument("index")
     v.set_defaults(func=cmd_verify)
+
+    u = idx.add_parser("upgrade", help="store what an index of an earlier weir lacks (the postings of its Lucene "
+                       "components), in place",
+                       description="Bring an index built by an earlier weir up to date, in place: each Lucene "
+                       "component (bm25, deepct, deepimpact) without stored postings is checked against its manifest "
+                       "checksum, its postings are exported for in-process search, and the manifest is replaced "
+                       "atomically with the new checksums. Nothing is rebuilt; an up-to-date index is left as it is.")
+    u.add_argument("index", help="index directory (built by `weir index build`)")
+    u.set_defaults(func=cmd_upgrade)

@@ -82,3 +82,37 @@ def test_an_index_without_stored_postings_is_exported_when_opened(small_index, t
     postings = open_postings(path)
     assert "no stored postings" in caplog.text
     assert postings.terms == open_postings(small_index.component_path("bm25")).terms
+
+
+def test_weir_index_upgrade_stores_the_postings_of_an_older_index(small_index, tmp_path, capsys):
+    """An index written before postings were stored (simulated: arrays removed, manifest as that build wrote it)
+    gets them in place; its checksums hold, search answers the same, a second upgrade changes nothing, and a
+    corrupt component is refused untouched."""
+    import shutil
+
+    from indexer.index_dir import read_manifest, tree_checksum, verify, write_manifest
+    from ranker.retrievers.bm25 import BM25
+    from service.cli import main
+
+    old = tmp_path / "old"
+    shutil.copytree(small_index.path, old)
+    shutil.rmtree(old / "bm25" / DIRECTORY)
+    manifest = read_manifest(old)
+    entry = manifest["components"]["bm25"]
+    del entry["postings_arrays"]
+    entry["sha256"], entry["files"], entry["bytes"] = tree_checksum(old / "bm25")
+    write_manifest(old, manifest)
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(old, corrupt)
+
+    assert main(["index", "upgrade", str(old)]) == 0
+    assert "stored the postings of bm25" in capsys.readouterr().err
+    verify(old)
+    assert (old / "bm25" / DIRECTORY / "meta.json").is_file()
+    assert BM25(Index(old)).search(["apple banana"], 10) == BM25(small_index).search(["apple banana"], 10)
+    assert main(["index", "upgrade", str(old)]) == 0 and "up to date" in capsys.readouterr().err
+
+    (corrupt / "bm25" / "docids.txt").write_text("x\n")
+    assert main(["index", "upgrade", str(corrupt)]) == 2
+    assert "does not match its manifest checksum" in capsys.readouterr().err
+    assert not (corrupt / "bm25" / DIRECTORY).exists()
