@@ -68,6 +68,24 @@ def _answer(response) -> list[tuple]:
     ("bm25", 10, 0, True),
 ])
 def test_concurrent_callers_get_the_answers_of_sequential_calls(server, pipeline, k, depth, include_text):
+    _concurrent_answers_are_sequential_answers(server, pipeline, k, depth, include_text)
+
+
+@pytest.fixture(scope="module")
+def learned_server(index_factory):
+    config = ServiceConfig.load(index=str(index_factory("adi", "bm25,deepct,deepimpact")), port=0,
+                                verify_checksums=False)
+    with BackgroundServer(config) as s:
+        yield s
+
+
+@pytest.mark.parametrize("pipeline, k", [("deepct", 10), ("deepimpact", 10), ("deepimpact+bm25", 10), ("bm25", 82)])
+def test_concurrent_callers_of_the_learned_sparse_stages_get_sequential_answers(learned_server, pipeline, k):
+    """The in-process sparse engine (and the memoized term analysis of the learned stages) under 8 callers."""
+    _concurrent_answers_are_sequential_answers(learned_server, pipeline, k, 0, False)
+
+
+def _concurrent_answers_are_sequential_answers(server, pipeline, k, depth, include_text):
     topics = [q.text for q in read_topics(collection("adi") / "queries.tsv")]
     target = f"127.0.0.1:{server.port}"
     with SearchClient(target, timeout=120) as c:
