@@ -90,6 +90,10 @@ class Postings:
     doc_count: int
     sum_total_term_freq: int
     docids: list[str]  # the collection id of each Lucene doc number (the component's docids.txt)
+    # an index with deleted documents (one written by another tool): the postings leave them out, but Lucene's
+    # statistics count them, so its document frequencies are kept apart, and the live documents counted
+    num_docs: int | None = None
+    lucene_doc_freqs: np.ndarray | None = None
 
     @cached_property
     def term_ids(self) -> dict[str, int]:
@@ -97,7 +101,12 @@ class Postings:
 
     @property
     def doc_freqs(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        """Each term's document frequency as Lucene's statistics give it (deleted documents included)."""
+        return self.lucene_doc_freqs if self.lucene_doc_freqs is not None else np.diff(self.offsets)
+
+    @property
+    def live_docs(self) -> int:
+        return self.max_doc if self.num_docs is None else self.num_docs
 
     @property
     def nbytes(self) -> int:
@@ -113,11 +122,14 @@ class Postings:
         np.save(directory / "freqs.npy", self.freqs)
         if self.norms is not None:
             np.save(directory / "norms.npy", self.norms)
+        if self.lucene_doc_freqs is not None:
+            np.save(directory / "lucene_doc_freqs.npy", self.lucene_doc_freqs)
         (directory / "terms.txt").write_text("".join(t + "\n" for t in self.terms), encoding="utf-8")
         name, digest = commit_digest(lucene_path)
         meta = {"format": FORMAT, "field": self.field, "terms": len(self.terms), "postings": len(self.docs),
                 "max_doc": self.max_doc, "doc_count": self.doc_count,
                 "sum_total_term_freq": self.sum_total_term_freq, "norms": self.norms is not None,
+                "num_docs": self.live_docs, "deleted_documents": self.lucene_doc_freqs is not None,
                 "freq_dtype": str(self.freqs.dtype), "lucene_commit": {"file": name, "sha256": digest},
                 "export_seconds": round(seconds, 2)}
         (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
@@ -133,9 +145,10 @@ class Postings:
                              f"({meta['lucene_commit']['file']}, now {name}); rebuild the index")
         terms = (directory / "terms.txt").read_text(encoding="utf-8").split("\n")[:-1]
         norms = np.load(directory / "norms.npy") if meta["norms"] else None
+        doc_freqs = np.load(directory / "lucene_doc_freqs.npy") if meta.get("deleted_documents") else None
         return cls(meta["field"], terms, np.load(directory / "offsets.npy"), np.load(directory / "docs.npy"),
                    np.load(directory / "freqs.npy"), norms, meta["max_doc"], meta["doc_count"],
-                   meta["sum_total_term_freq"], read_docid_table(lucene_path))
+                   meta["sum_total_term_freq"], read_docid_table(lucene_path), meta.get("num_docs"), doc_freqs)
 
 
 def _smallest_unsigned(values: np.ndarray) -> np.ndarray:
@@ -163,7 +176,8 @@ def export(lucene_path: Path, field: str = FIELD, *, progress: bool = True) -> P
         norms = np.zeros(max_doc, dtype=np.uint8)
         has_norms = False
         leaf_terms: list[list[str]] = []
-        leaf_dfs: list[array] = []
+        leaf_dfs: list[array] = []  # postings kept per term (live documents)
+        lucene_dfs: list[array] = []  # Lucene's document frequencies (deleted documents included)
         docs, freqs = array("i"), array("q")
         total_terms = sum(max(int(ctx.reader().terms(field).size()), 0) for ctx in leaves
                           if ctx.reader().terms(field) is not None)
@@ -176,38 +190,52 @@ def export(lucene_path: Path, field: str = FIELD, *, progress: bool = True) -> P
                 next_doc, value = leaf_norms.nextDoc, leaf_norms.longValue
                 while (d := next_doc()) != no_more:
                     norms[base + d] = value() & 0xFF
-            terms, dfs = [], array("q")
+            terms, dfs, lucene_df = [], array("q"), array("q")
             leaf_terms.append(terms)
             leaf_dfs.append(dfs)
+            lucene_dfs.append(lucene_df)
             field_terms = leaf.terms(field)
             if field_terms is None:
                 continue
+            live = leaf.getLiveDocs()  # None: no deleted document in this segment
             it = field_terms.iterator()
             next_term, doc_freq, total_freq, postings = it.next, it.docFreq, it.totalTermFreq, it.postings
             pe = None
             while (term := next_term()) is not None:
                 terms.append(term.utf8ToString())
                 df = int(doc_freq())
-                dfs.append(df)
+                lucene_df.append(df)
                 pe = postings(pe, FREQS)
                 next_posting = pe.nextDoc
-                if total_freq() == df:  # every frequency is 1: one call a posting
+                if live is not None:  # Lucene's postings still hold deleted documents; its searches skip them
+                    kept, is_live, freq = 0, live.get, pe.freq
+                    while (d := next_posting()) != no_more:
+                        if is_live(d):
+                            docs.append(base + d)
+                            freqs.append(freq())
+                            kept += 1
+                    dfs.append(kept)
+                elif total_freq() == df:  # every frequency is 1: one call a posting
                     docs.extend(base + next_posting() for _ in range(df))
                     freqs.extend([1] * df)
+                    dfs.append(df)
                 else:
                     freq = pe.freq
                     for _ in range(df):
                         docs.append(base + next_posting())
                         freqs.append(freq())
+                    dfs.append(df)
                 bar.update()
         bar.close()
         doc_count, sum_ttf = int(multi.getDocCount()), int(multi.getSumTotalTermFreq())
+        num_docs = int(reader.numDocs())
         docids = read_docid_table(Path(lucene_path), reader)
     finally:
         reader.close()
     docs_np, freqs_np = np.frombuffer(docs, dtype=np.int32), np.frombuffer(freqs, dtype=np.int64)
     if len(leaf_terms) == 1:
         all_terms, dfs = leaf_terms[0], np.frombuffer(leaf_dfs[0], dtype=np.int64)
+        lucene_df = np.frombuffer(lucene_dfs[0], dtype=np.int64)
     else:  # merge segments: a term's postings are its postings in each segment, in segment (= doc number) order
         all_terms = sorted(set().union(*leaf_terms), key=lambda t: t.encode("utf-8"))
         ids = {t: i for i, t in enumerate(all_terms)}
@@ -217,10 +245,15 @@ def export(lucene_path: Path, field: str = FIELD, *, progress: bool = True) -> P
         order = np.argsort(term_of_posting, kind="stable")
         docs_np, freqs_np = docs_np[order], freqs_np[order]
         dfs = np.bincount(term_of_posting, minlength=len(all_terms))
+        lucene_df = np.zeros(len(all_terms), dtype=np.int64)
+        for terms, counts in zip(leaf_terms, lucene_dfs):
+            lucene_df[[ids[t] for t in terms]] += np.frombuffer(counts, dtype=np.int64)
     offsets = np.zeros(len(all_terms) + 1, dtype=np.int64)
     np.cumsum(dfs, out=offsets[1:])
+    deleted = num_docs < max_doc
     return Postings(field, list(all_terms), offsets, docs_np.copy(), _smallest_unsigned(freqs_np),
-                    norms if has_norms else None, max_doc, doc_count, sum_ttf, docids)
+                    norms if has_norms else None, max_doc, doc_count, sum_ttf, docids, num_docs,
+                    lucene_df.astype(np.int32) if deleted else None)
 
 
 def write_postings(lucene_path: Path, field: str = FIELD) -> dict:

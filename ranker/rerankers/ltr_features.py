@@ -125,7 +125,7 @@ class LuceneStats:
         postings = index.postings(component)
         self.engine = InvertedIndex(BM25Scores(postings, k1, b))
         self.analyzer = EnglishAnalyzer()
-        self.n_docs = postings.max_doc  # weir's indexes have no deleted documents: numDocs == maxDoc
+        self.n_docs = postings.live_docs  # Lucene's numDocs
         self._term_ids, self._doc_freqs = postings.term_ids, postings.doc_freqs
 
     def analyze(self, text: str) -> list[str]:

@@ -116,3 +116,37 @@ def test_weir_index_upgrade_stores_the_postings_of_an_older_index(small_index, t
     assert main(["index", "upgrade", str(corrupt)]) == 2
     assert "does not match its manifest checksum" in capsys.readouterr().err
     assert not (corrupt / "bm25" / DIRECTORY).exists()
+
+
+def test_an_index_with_deleted_documents_searches_as_lucene_does(small_index, tmp_path):
+    """Lucene's postings still hold deleted documents (its searches skip them) and its statistics still count them:
+    the export leaves them out of the postings and keeps Lucene's document frequencies for idf."""
+    import shutil
+
+    from ranker.retrievers.inverted import BM25Scores, InvertedIndex
+    from ranker.retrievers.lucene import LuceneBM25Searcher
+
+    path = tmp_path / "bm25"
+    shutil.copytree(small_index.component_path("bm25"), path)
+    config = jvm.autoclass("org.apache.lucene.index.IndexWriterConfig")()
+    config.setMergePolicy(jvm.autoclass("org.apache.lucene.index.NoMergePolicy").INSTANCE)
+    directory = jvm.autoclass("org.apache.lucene.store.FSDirectory").open(
+        jvm.autoclass("java.nio.file.Paths").get(str(path)))
+    writer = jvm.autoclass("org.apache.lucene.index.IndexWriter")(directory, config)
+    reader = jvm.autoclass("org.apache.lucene.index.DirectoryReader").open(writer)
+    assert writer.tryDeleteDocument(reader, open_postings(path).docids.index("b")) >= 0
+    reader.close()
+    writer.commit()
+    writer.close()
+
+    with pytest.raises(ValueError, match="another state of the Lucene index"):
+        open_postings(path)  # the stored arrays describe the index before the deletion
+    postings = export(path, progress=False)
+    assert postings.live_docs == 3 and postings.max_doc == 4
+    appl = postings.terms.index("appl")
+    assert postings.doc_freqs[appl] == 2 and postings.offsets[appl + 1] - postings.offsets[appl] == 1
+    engine = InvertedIndex(BM25Scores(postings, 0.9, 0.4))
+    reference = LuceneBM25Searcher(path)
+    for text, terms in (("apple banana", {"appl": 1, "banana": 1}), ("bread", {"bread": 1}), ("pie", {"pie": 1})):
+        assert engine.search(terms, 10) == reference.search(text, 10)
+    assert engine.search({"pie": 1}, 10) == []  # only in the deleted document
