@@ -11,11 +11,12 @@ of (collection id, score) per query; query analysis is inside the timing for all
   text, its numpy backend, ``n_threads=--threads``;
 - ``pyserini``: ``LuceneSearcher.batch_search`` with ``--threads`` threads over weir's own BM25 index.
 
-Rounds alternate the engines (A B C D, A B C D ...); each round runs ``--passes`` passes over at least
+Rounds alternate the engines (A B C D E, A B C D E ...); each round runs ``--passes`` passes over at least
 ``--min-queries`` queries (the topics repeated). Printed: median [min-max] queries/s over every pass, the median of
-the per-round ratios weir / bm25s, nDCG@10, how many queries weir ranks exactly as Lucene (ids and scores)
-and as pyserini (ids), then single-query latency at k=10 (median, p99) before and after, and the load time and resident memory of an opened
-index (measured in a fresh process).
+the per-round ratios weir / bm25s, nDCG@10, how many queries weir ranks exactly as Lucene (ids and scores) and as
+pyserini (ids; pyserini rounds its scores), then single-query latency at k=10 (median, p99) before and after, and the
+load time and resident memory of an opened index (measured in a fresh process). weir runs on one thread: a second
+gave it nothing (the per-query Python work holds the GIL).
 
 Usage: python bench/sparse_throughput.py [--collections beir-scifact,msmarco-passage-trec-dl-pool] [--k 10,100,1000]
        [--rounds 3] [--passes 3] [--threads 2] [--indexes DIR]   (DIR keeps built indexes between runs)
