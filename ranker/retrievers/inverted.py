@@ -157,7 +157,11 @@ class InvertedIndex:
     def search(self, weights: Mapping[str, float], k: int) -> list[tuple[str, float]]:
         """The top ``k`` (collection id, score) for a query given as {term: weight}, in Lucene's order."""
         docs, scores = self.top(weights, k)
-        return list(zip(self._docid_array[docs].tolist(), scores.tolist()))
+        return list(zip(self.docids_of(docs), scores.tolist()))
+
+    def docids_of(self, docs: np.ndarray) -> list[str]:
+        """The collection ids of Lucene doc numbers."""
+        return self._docid_array[docs].tolist()
 
     def top(self, weights: Mapping[str, float], k: int) -> tuple[np.ndarray, np.ndarray]:
         """The top ``k`` as arrays: Lucene doc numbers and float32 scores, best first."""
@@ -217,6 +221,10 @@ class SparseRetriever(Retriever):
         return [self.engine.search(w, k) for w in self.weights(texts)]
 
     def retrieve(self, queries: Sequence[Query], k: int) -> Run:
-        name = self.name
-        return Run({q.id: [Hit(docid, score, rank, {name: score}) for rank, (docid, score) in enumerate(hits, start=1)]
-                    for q, hits in zip(queries, self.search([q.text for q in queries], k))})
+        name, engine, run = self.name, self.engine, Run()
+        for q, weights in zip(queries, self.weights([q.text for q in queries])):
+            docs, scores = engine.top(weights, k)
+            values = scores.tolist()  # one Hit per hit is most of a deep run's cost: built in bulk
+            run[q.id] = list(map(Hit, engine.docids_of(docs), values, range(1, len(values) + 1),
+                                 [{name: v} for v in values]))
+        return run
