@@ -29,7 +29,7 @@ import json
 import logging
 import time
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -94,6 +94,8 @@ class Postings:
     # statistics count them, so its document frequencies are kept apart, and the live documents counted
     num_docs: int | None = None
     lucene_doc_freqs: np.ndarray | None = None
+    # what readers derive from these arrays (a similarity's precomputed scores), kept as long as the arrays are
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
     def term_ids(self) -> dict[str, int]:

@@ -123,7 +123,7 @@ class LuceneStats:
         from ranker.retrievers.lucene import EnglishAnalyzer
 
         postings = index.postings(component)
-        self.engine = InvertedIndex(BM25Scores(postings, k1, b))
+        self.engine = InvertedIndex.shared(postings, BM25Scores, k1=k1, b=b)
         self.analyzer = EnglishAnalyzer()
         self.n_docs = postings.live_docs  # Lucene's numDocs
         self._term_ids, self._doc_freqs = postings.term_ids, postings.doc_freqs

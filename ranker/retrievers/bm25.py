@@ -18,7 +18,7 @@ class BM25(SparseRetriever):
     def __init__(self, index: Index, *, k1: float = 0.9, b: float = 0.4, component: str = "bm25", name: str = "bm25"):
         if k1 < 0 or not 0 <= b <= 1:
             raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1 (got k1={k1}, b={b})")
-        self.engine = InvertedIndex(BM25Scores(index.postings(component), k1, b))
+        self.engine = InvertedIndex.shared(index.postings(component), BM25Scores, k1=k1, b=b)
         self.analyzer = EnglishAnalyzer()
         self.k1, self.b = k1, b
         self.name = name

@@ -24,6 +24,7 @@ BM25 index and both learned index formats; ``scripts/sparse_exactness.py`` does 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -49,9 +50,6 @@ class TermScores:
 
     def contributions(self, term: int, boost: float) -> np.ndarray:
         raise NotImplementedError
-
-    def describe(self) -> dict:
-        return {"similarity": self.name}
 
 
 class BM25Scores(TermScores):
@@ -94,9 +92,6 @@ class BM25Scores(TermScores):
         denominator = ONE + p.freqs[start:end].astype(np.float32) * self.cache[p.norms[p.docs[start:end]]]
         return weight - weight / denominator
 
-    def describe(self) -> dict:
-        return {**super().describe(), "k1": float(self.k1), "b": float(self.b)}
-
 
 class ImpactScores(TermScores):
     """Anserini's ``ImpactSimilarity``: a posting's score is its stored frequency (the quantized impact) times the
@@ -117,7 +112,20 @@ class ImpactScores(TermScores):
 
 class InvertedIndex:
     """Top-k search and candidate scoring over one field's postings with one similarity. Thread-safe: a search
-    reads shared arrays only and accumulates into arrays of its own."""
+    reads shared arrays only and accumulates into arrays of its own. :meth:`shared` gives the stages that search the
+    same postings with the same similarity (``bm25`` and the LTR features) one engine, computed once."""
+
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, postings: Postings, scores: type[TermScores], **parameters) -> InvertedIndex:
+        """The engine of ``postings`` with this similarity, made once and kept with the postings (it lives as long
+        as they do)."""
+        key = (cls, scores, tuple(sorted(parameters.items())))
+        with cls._shared_lock:
+            if key not in postings.derived:
+                postings.derived[key] = cls(scores(postings, **parameters))
+            return postings.derived[key]
 
     def __init__(self, scores: TermScores):
         postings = scores.postings
@@ -171,7 +179,7 @@ class InvertedIndex:
         if len(matched) * 8 < len(acc):  # few postings: the matched documents, sorted and deduplicated
             ordered = np.sort(matched)  # (np.unique is ten times slower here: numpy 2.4)
             candidates = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
-        elif self.scores_can_be_zero:
+        elif self.scores.can_be_zero:
             hit = np.zeros(len(acc), dtype=bool)
             hit[matched] = True
             candidates = np.flatnonzero(hit)
@@ -185,10 +193,6 @@ class InvertedIndex:
         key = (np.int64(0x7FFFFFFF) - scores.view(np.int32)) << 32 | self.id_rank[candidates]
         order = np.argsort(key)[:k]
         return candidates[order], scores[order]
-
-    @property
-    def scores_can_be_zero(self) -> bool:
-        return self.scores.can_be_zero
 
     def score(self, weights: Mapping[str, float], docids: Sequence[str]) -> list[float]:
         """The score of each of ``docids`` for the query (0 for a document without a query term, or unknown)."""

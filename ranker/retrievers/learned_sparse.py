@@ -37,8 +37,7 @@ class _TermRetriever(SparseRetriever):
     component = ""
 
     def __init__(self, index: Index, scores: type[TermScores], *, name: str | None = None, **parameters):
-        index.component_path(self.component)  # a clear error when the index lacks the component
-        self.engine = InvertedIndex(scores(index.postings(self.component), **parameters))
+        self.engine = InvertedIndex.shared(index.postings(self.component), scores, **parameters)
         info = index.manifest["components"][self.component]
         self.model_card = info.get("model")
         self.parameters = info.get("parameters", {})
