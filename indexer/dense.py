@@ -52,6 +52,10 @@ class DenseConfig:
     pq_m: int | None = None           # None: dim / 8 (8 dimensions per sub-quantizer)
     nbits: int = 8
     nprobe: int = 16
+    # an index of the same collection (same corpus file) with a flat dense component of the same encoder: its
+    # vectors are reused for the documents it has (exactly: a flat index holds the float32 vectors) and only the others
+    # are encoded. What a sweep over pruned fractions, or a rebuild with another faiss index type, needs.
+    vectors_from: str | None = None
     extra: dict = field(default_factory=dict)
 
     def check(self) -> None:
@@ -117,7 +121,48 @@ def index_from_vectors(vectors: np.ndarray, kind: str, params: dict, *, chunk: i
     return index
 
 
-def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | None = None) -> dict:
+class ReusedVectors:
+    """The float32 vectors of another index's flat dense component, by document id (``DenseConfig.vectors_from``)."""
+
+    def __init__(self, index_path: str | os.PathLike, encoder, corpus_sha256: str | None):
+        import faiss
+
+        from indexer.index_dir import Index
+
+        source = Index(index_path)
+        entry = source.manifest["components"].get("dense")
+        if entry is None or entry.get("index") != "flat":
+            raise InputError(f"--dense-vectors-from {index_path}: needs an index with a flat dense component")
+        if corpus_sha256 is not None and source.manifest["collection"].get("sha256") != corpus_sha256:
+            raise InputError(f"--dense-vectors-from {index_path}: that index was built from another corpus")
+        theirs, ours = entry["encoder"], encoder.describe()
+        keys = ("model_sha256", "pooling", "normalize", "dim", "passage_max_length")
+        if any(theirs.get(k) != ours.get(k) for k in keys) or not ours.get("model_sha256"):
+            raise InputError(f"--dense-vectors-from {index_path}: its encoder differs from this build's "
+                             f"({', '.join(f'{k} {theirs.get(k)!r} vs {ours.get(k)!r}' for k in keys)})")
+        path = source.component_path("dense")
+        self.index = faiss.read_index(str(path / INDEX_FILE))
+        with open(path / DOCIDS_FILE, encoding="utf-8") as f:
+            self.row_of = {line.rstrip("\n"): i for i, line in enumerate(f)}
+        self.source = {"index": str(Path(index_path).resolve()), "manifest_created": source.manifest.get("created")}
+        self.reused = 0
+
+    def vectors(self, chunk: list[Document], encode) -> np.ndarray:
+        """The vectors of ``chunk``: copied where the source has the document, ``encode``d otherwise."""
+        rows = [self.row_of.get(d.id) for d in chunk]
+        out = np.empty((len(chunk), self.index.d), dtype=np.float32)
+        missing = [i for i, r in enumerate(rows) if r is None]
+        for i, r in enumerate(rows):
+            if r is not None:
+                out[i] = self.index.reconstruct(r)
+        if missing:
+            out[missing] = encode([chunk[i].contents for i in missing])
+        self.reused += len(chunk) - len(missing)
+        return out
+
+
+def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | None = None, *,
+                corpus_sha256: str | None = None) -> dict:
     """Encode ``documents`` (title + " " + text, as the BEIR figures) and write the dense component to ``out``;
     return its manifest entry (minus checksums)."""
     import faiss
@@ -132,13 +177,17 @@ def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | 
         options["passage_max_length"] = config.max_length
     encoder = shared_encoder(config.model, **options)
     dim = encoder.dim
+    reuse = ReusedVectors(config.vectors_from, encoder, corpus_sha256) if config.vectors_from else None
     raw_path = out / "vectors.f16.partial"
     # exact and HNSW indexes take the float32 vectors as they come; IVF-PQ is trained once all are known
     streaming = new_index(config.index, dim, index_parameters(config, 1 << 20, dim)) if config.index != "ivfpq" else None
     n = 0
     with open(out / DOCIDS_FILE, "w", encoding="utf-8") as ids, open(raw_path, "wb") as raw:
         for chunk in batched(documents, config.chunk_size):
-            vectors = encoder.encode_passages([d.contents for d in chunk])
+            if reuse is None:
+                vectors = encoder.encode_passages([d.contents for d in chunk])
+            else:
+                vectors = reuse.vectors(chunk, encoder.encode_passages)
             if streaming is not None:
                 streaming.add(vectors)
             raw.write(vectors.astype(np.float16).tobytes())
@@ -160,9 +209,12 @@ def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | 
         index = streaming
     faiss.write_index(index, str(out / INDEX_FILE))
     entry = {k: v for k, v in asdict(config).items() if k in ("batch_size", "chunk_size")}
+    reused = {} if reuse is None else {
+        "vectors_reused": {**reuse.source, "documents": reuse.reused, "encoded": n - reuse.reused}}
     return {
         "type": f"faiss-{config.index}",
         "documents": n,
+        **reused,
         "encoder": {**encoder.describe(), "device": encoder.device, "fp16": encoder.fp16},
         "index": config.index,
         "parameters": {**params, **entry, "contents": "title + ' ' + text (BEIR flat)",

@@ -88,7 +88,10 @@ def verify(directory: str | os.PathLike, manifest: dict[str, Any] | None = None)
     """Check every component's checksum against the manifest; raise :class:`InputError` naming the first mismatch."""
     directory = Path(directory)
     manifest = manifest or read_manifest(directory)
-    for name, component in manifest["components"].items():
+    checked = dict(manifest["components"])
+    if "pruning" in manifest:
+        checked["quality (pruning)"] = manifest["pruning"]
+    for name, component in checked.items():
         path = directory / component["path"]
         if not path.exists():
             raise InputError(f"{directory}: component {name!r} is missing ({path})")
@@ -192,3 +195,8 @@ class Index:
     @property
     def num_docs(self) -> int:
         return self.manifest["counts"]["documents"]
+
+    @property
+    def pruning(self) -> dict | None:
+        """The manifest's record of static pruning (estimator, fraction or threshold, counts), None if unpruned."""
+        return self.manifest.get("pruning")

@@ -44,6 +44,16 @@ SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 DEFAULT_K = 10
 
 
+def _pruning(record: dict | None):
+    """The manifest's pruning record as the proto's ``Pruning`` (None for an unpruned index)."""
+    if not record:
+        return None
+    fraction = record.get("fraction")
+    rule = {"fraction": fraction} if fraction is not None else {"threshold": record["threshold"]}
+    return search_pb2.Pruning(estimator=record["estimator_card"]["name"], estimator_sha256=record["card_sha256"],
+                              documents_scored=record["documents_scored"], documents_pruned=record["pruned"], **rule)
+
+
 class Failure(Exception):
     """An answer with a status code other than OK."""
 
@@ -256,7 +266,8 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                                          max_query_chars=limits.max_query_chars,
                                          max_query_terms=limits.max_query_terms,
                                          max_batch_queries=limits.max_batch_queries,
-                                         max_in_flight=limits.max_in_flight, max_queued=limits.max_queued)), {}
+                                         max_in_flight=limits.max_in_flight, max_queued=limits.max_queued),
+                pruning=_pruning(self.index.pruning)), {}
 
         return await self._call("Info", context, work)
 

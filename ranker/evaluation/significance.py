@@ -96,3 +96,21 @@ def compare(per_query: Mapping[str, Mapping[str, Mapping[str, float]]], baseline
             for (system, n, mean, base, statistic, p), rej, p_adj in zip(raw, reject, adjusted)
         }
     return out
+
+
+def equivalence_test(a: Sequence[float], b: Sequence[float], margin: float) -> float:
+    """The p-value of a paired two one-sided tests procedure (TOST, ``statsmodels.stats.weightstats.ttost_paired``)
+    that ``mean(a - b)`` lies within ``(-margin, margin)``: below alpha, the two are equivalent at that margin.
+    Samples with no variance in their differences are equivalent exactly when the difference is within the margin."""
+    import numpy as np
+    from statsmodels.stats.weightstats import ttost_paired
+
+    if len(a) != len(b):
+        raise ValueError("a paired test needs samples of equal length")
+    if not margin > 0:
+        raise InputError(f"the equivalence margin must be positive (got {margin})")
+    diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if len(diff) < 2 or np.allclose(diff, diff[0] if len(diff) else 0.0, rtol=0, atol=1e-12):
+        return 0.0 if len(diff) and abs(diff[0]) < margin else 1.0
+    p, _, _ = ttost_paired(np.asarray(a, dtype=float), np.asarray(b, dtype=float), -margin, margin)
+    return float(p)

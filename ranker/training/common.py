@@ -48,6 +48,36 @@ class DataSet:
         return cls(**values)
 
 
+@dataclass(frozen=True)
+class TrainingSource:
+    """Training judgments over one collection: ``COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]`` on the command line. A
+    trainer that takes several weighs each by ``WEIGHT`` (default 1); ``MIN_REL`` is the grade counted relevant in
+    these qrels (default: the trainer's, 1 unless told; 2 for TREC DL's graded judgments)."""
+
+    collection: str
+    topics: str
+    qrels: str
+    weight: float = 1.0
+    min_rel: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> TrainingSource:
+        parts = text.split(":")
+        if not 3 <= len(parts) <= 5 or not all(p.strip() for p in parts):
+            raise InputError(f"training set {text!r}: expected COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]")
+        try:
+            weight = float(parts[3]) if len(parts) > 3 else 1.0
+            min_rel = int(parts[4]) if len(parts) > 4 else None
+        except ValueError:
+            raise InputError(f"training set {text!r}: WEIGHT is a number and MIN_REL an integer grade") from None
+        if not weight > 0:
+            raise InputError(f"training set {text!r}: the weight must be positive (got {weight})")
+        for p in parts[:3]:
+            if not Path(p).exists():
+                raise InputError(f"training set {text!r}: {p} does not exist")
+        return cls(*(p.strip() for p in parts[:3]), weight=weight, min_rel=min_rel)
+
+
 def split(qids: Sequence[str], fraction: float, seed: int) -> tuple[set[str], set[str]]:
     """(training, validation) query ids: a seeded ``fraction`` of the queries held out."""
     order = sorted(set(qids))

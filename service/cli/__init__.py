@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from service.cli import evaluate, index, search, serve, train, tune
+from service.cli import evaluate, index, quality, search, serve, train, tune
 from weir.types import InputError
 
-GROUPS = (index, search, evaluate, serve, tune, train)
+GROUPS = (index, search, evaluate, serve, tune, train, quality)
 
 
 def parser() -> argparse.ArgumentParser:

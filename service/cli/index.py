@@ -17,16 +17,44 @@ def cmd_build(args) -> int:
         dense = DenseConfig(index=args.dense_index, model=args.dense_model, device=args.device,
                             batch_size=args.batch_size, hnsw_m=args.hnsw_m, ef_construction=args.ef_construction,
                             ef_search=args.ef_search, nlist=args.nlist, pq_m=args.pq_m, nbits=args.nbits,
-                            nprobe=args.nprobe)
+                            nprobe=args.nprobe, vectors_from=args.dense_vectors_from)
         dense.check()
     learned = {"deepct_model": args.deepct_model, "deepimpact_model": args.deepimpact_model, "device": args.device}
+    prune = prune_spec(args)
     manifest = build_index(args.collection, args.out, components=components, overwrite=args.overwrite,
-                           skip_empty=args.skip_empty, threads=args.threads, dense=dense, learned=learned)
+                           skip_empty=args.skip_empty, threads=args.threads, dense=dense, learned=learned,
+                           prune=prune, device=args.device)
     counts = manifest["counts"]
-    sizes = ", ".join(f"{n} {c['bytes'] / 2**20:.1f} MiB" for n, c in manifest["components"].items())
-    print(f"indexed {counts['documents']} documents ({counts['skipped_empty']} empty skipped) into {args.out} "
-          f"in {manifest['timings']['total_seconds']:.1f}s: {sizes}", file=sys.stderr)
+    sizes = ", ".join(f"{n} {c['bytes'] / 2**20:.1f} MiB ({c['build_seconds']:.1f}s)"
+                      for n, c in manifest["components"].items())
+    pruned = ""
+    if prune is not None:
+        p = manifest["pruning"]
+        cost = "cached scores" if p["scoring"]["cached"] else f"scored at {p['scoring']['passages_per_second']:.0f}/s"
+        pruned = f", {counts['pruned']} pruned by {p['estimator']} ({cost})"
+    print(f"indexed {counts['documents']} documents ({counts['skipped_empty']} empty skipped{pruned}) into "
+          f"{args.out} in {manifest['timings']['total_seconds']:.1f}s: {sizes}", file=sys.stderr)
     return 0
+
+
+def prune_spec(args):
+    """The pruning asked for by --prune / --prune-threshold (None for neither)."""
+    from indexer.quality import ESTIMATORS
+    from indexer.quality.prune import PruneSpec
+    from weir.types import InputError
+
+    if args.prune and args.prune_threshold:
+        raise InputError("give --prune ESTIMATOR:FRACTION or --prune-threshold ESTIMATOR:SCORE, not both")
+    if not (args.prune or args.prune_threshold):
+        return None
+    spec = PruneSpec.parse(args.prune or args.prune_threshold, threshold=bool(args.prune_threshold),
+                           seed=args.prune_seed)
+    from pathlib import Path
+
+    if spec.estimator not in ESTIMATORS and not Path(spec.estimator).is_dir():
+        raise InputError(f"unknown quality estimator {spec.estimator!r} in --prune; known: {', '.join(ESTIMATORS)}, "
+                         "or a model directory written by `weir train quality`")
+    return spec
 
 
 def cmd_verify(args) -> int:
@@ -76,11 +104,24 @@ def add_parsers(sub) -> None:
     d.add_argument("--pq-m", type=int, default=None, help="IVF-PQ: sub-quantizers m, dividing the dim (default dim/8)")
     d.add_argument("--nbits", type=int, default=8, help="IVF-PQ: bits per sub-quantizer code (default 8)")
     d.add_argument("--nprobe", type=int, default=16, help="IVF-PQ: lists probed, stored as the default (default 16)")
+    d.add_argument("--dense-vectors-from", metavar="INDEX", default=None,
+                   help="reuse the vectors of INDEX (same corpus file, a flat dense component of the same encoder) "
+                   "for the documents it has, encoding only the others: a rebuild with other pruning or another "
+                   "faiss index type without encoding again")
     lw = b.add_argument_group("learned term weighting (--with ...,deepct,deepimpact)")
     lw.add_argument("--deepct-model", default=None,
                     help="trained DeepCT model directory (default: models/deepct-scifact; `weir train deepct`)")
     lw.add_argument("--deepimpact-model", default=None,
                     help="trained DeepImpact model directory (default: models/deepimpact-scifact; `weir train deepimpact`)")
+    q = b.add_argument_group("static pruning (passage quality; scored before any component is built)")
+    q.add_argument("--prune", metavar="ESTIMATOR:FRACTION", default=None,
+                   help="leave out the lowest-scored FRACTION of the documents (0 <= FRACTION < 1), scored by "
+                   "ESTIMATOR: learned, surface, length, entropy, stopwords, punctuation, duplicates, random, or a "
+                   "model directory from `weir train quality`; e.g. learned:0.25")
+    q.add_argument("--prune-threshold", metavar="ESTIMATOR:SCORE", default=None,
+                   help="leave out the documents ESTIMATOR scores below SCORE (see the quantiles `weir quality score` "
+                   "prints)")
+    q.add_argument("--prune-seed", type=int, default=0, help="seed of the random estimator (default 0)")
     b.set_defaults(func=cmd_build)
 
     v = idx.add_parser("verify", help="check an index's components against the checksums of its manifest")

@@ -72,12 +72,27 @@ def cmd_attention(args) -> int:
     return 0
 
 
+def cmd_quality(args) -> int:
+    from ranker.training.quality import QualityTrainConfig, train
+
+    config = QualityTrainConfig(estimator=args.estimator, train=args.train or [], out=args.out,
+                                base_model=args.base_model, layers=args.layers, max_length=args.max_length,
+                                hidden=args.hidden, negatives=args.negatives, negative_depth=args.negative_depth,
+                                min_rel=args.min_rel, judged_negatives=args.judged_negatives, val_fraction=args.val_fraction, prune_at=args.prune_at,
+                                epochs=args.epochs, lr=args.lr, rounds=args.rounds, seed=args.seed,
+                                device=args.device, command=["weir"] + args.argv)
+    card = train(config, log=lambda m: print(m, file=sys.stderr))
+    print(f"quality ({args.estimator}) -> {args.out}: trained in {card['metrics']['train_seconds']}s", file=sys.stderr)
+    return 0
+
+
 def add_parsers(sub) -> None:
     tr = sub.add_parser("train", help="train a model: term weighting heads (DeepCT, DeepImpact), LTR, attention "
                         "rerankers").add_subparsers(dest="train_command", required=True, metavar="MODEL")
     _add_term_weighting(tr)
     _add_ltr(tr)
     _add_attention(tr)
+    _add_quality(tr)
 
 
 def _add_term_weighting(tr) -> None:
@@ -204,3 +219,39 @@ def _add_attention(tr) -> None:
         t.add_argument("--cache", default=None, help="file keeping the frozen layers' output of every input, reused "
                        "by later runs with the same backbone, --train-layers and --max-length")
         t.set_defaults(func=cmd_attention, kind=kind)
+
+
+def _add_quality(tr) -> None:
+    what = ("passage quality estimator for static pruning (`weir index build --prune`): the QualT5 recipe, relevant "
+            "passages against BM25-retrieved unjudged ones, the query never shown")
+    t = tr.add_parser("quality", help=what, description=what.capitalize() + ". --estimator learned: a small head "
+                      "over the first --layers layers of the backbone (mean-pooled, first --max-length word pieces) "
+                      "and the surface features; surface: LightGBM over the surface features. The epoch or number of "
+                      "rounds is chosen by how many of the held-out training queries' relevant documents survive "
+                      "pruning --prune-at of the corpus. Writes card.json and head.pt (learned) or model.txt "
+                      "(surface) to --out.")
+    t.add_argument("--estimator", choices=("learned", "surface"), default="learned")
+    t.add_argument("--train", action="append", metavar="COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]",
+                   help="training judgments over a collection (repeatable; TRAINING splits only, never a test split "
+                   "you report); WEIGHT (default 1) is the source's share of the loss, MIN_REL the grade counted "
+                   "relevant in its qrels (default --min-rel)")
+    t.add_argument("--out", required=True, help="model directory to write (e.g. models/quality-learned)")
+    t.add_argument("--base-model", default="all-MiniLM-L6-v2", help="backbone: Hugging Face name or local path")
+    t.add_argument("--layers", type=int, default=0, help="learned: backbone layers read (default 0: the word-piece "
+                   "embeddings alone, ten times cheaper than two layers and as good here)")
+    t.add_argument("--max-length", type=int, default=128, help="learned: word pieces read per passage (default 128)")
+    t.add_argument("--hidden", type=int, default=64, help="learned: hidden units of the head (default 64)")
+    t.add_argument("--negatives", type=int, default=1, help="BM25 negatives per positive of a query (default 1)")
+    t.add_argument("--negative-depth", type=int, default=20, help="BM25 depth negatives come from (default 20)")
+    t.add_argument("--judged-negatives", action="store_true", help="also draw negatives from each training query's "
+                   "judged non-relevant documents (pooled runs, as TREC DL's)")
+    t.add_argument("--min-rel", type=int, default=1, help="grade counted relevant where a --train source does not say "
+                   "(default 1; 2 for TREC DL)")
+    t.add_argument("--val-fraction", type=float, default=0.2, help="training queries held out for the choice")
+    t.add_argument("--prune-at", type=float, default=0.25, help="fraction pruned when choosing (default 0.25)")
+    t.add_argument("--epochs", type=int, default=40, help="learned: epochs at most (default 40)")
+    t.add_argument("--lr", type=float, default=1e-3, help="learned: learning rate (default 1e-3)")
+    t.add_argument("--rounds", type=int, default=500, help="surface: boosting rounds at most (default 500)")
+    t.add_argument("--seed", type=int, default=13)
+    t.add_argument("--device", default=None, help="backbone device (default: cuda when available, else cpu)")
+    t.set_defaults(func=cmd_quality)
