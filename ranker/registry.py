@@ -146,6 +146,15 @@ def supported(index: Index, options: PipelineOptions | None = None) -> list[str]
     return firsts + [f"{f}>>{r}" for f in firsts for r in rerankers]
 
 
+def components(spec: str) -> list[str]:
+    """The index components pipeline ``spec`` reads (what its stages require), in stage order."""
+    needed: dict[str, None] = {}
+    for name in parse(spec):
+        entry = FIRST_STAGES.get(name) or RERANKERS[name]
+        needed.update(dict.fromkeys(entry.requires))
+    return list(needed)
+
+
 def build_stage(name: str, index: Index, options: PipelineOptions | None = None) -> Stage:
     """One registered stage (first stage or reranker) over ``index``, from its part of ``options``."""
     options = options or PipelineOptions()

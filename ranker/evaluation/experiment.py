@@ -170,6 +170,15 @@ def _index_record(index) -> dict[str, Any]:
     }
 
 
+def _pipeline_bytes(index, pipeline: str) -> int:
+    """Bytes of the index components a pipeline reads (BM25's for ``bm25``, BM25's and the dense one's for
+    ``hybrid``), the size a deployment of that pipeline needs."""
+    from ranker import registry
+
+    found = index.manifest.get("components", {})
+    return sum(int(found[c].get("bytes", 0)) for c in registry.components(pipeline) if c in found)
+
+
 def _index_labels(paths: list[str]) -> list[str]:
     """Short labels for index directories: their base names, or longer path tails where those collide."""
     parts = [Path(p).resolve().parts for p in paths]
@@ -284,7 +293,7 @@ def _pipeline_systems(config: Config, topics, record: dict, out: Path, scored, l
                 label, "pipeline", means, by_query, index=index_label, pipeline=spec.pipeline, options=options,
                 stages=pipeline.describe(), run_file=str(run_file), run_sha256=sha256_file(run_file),
                 ms_per_query=wall * 1000 / n, stage_ms_per_query={s: t * 1000 / n for s, t in run.timings.items()},
-                index_bytes=record["indexes"][index_label]["bytes"]))
+                index_bytes=_pipeline_bytes(index, spec.pipeline)))
             del run
     return systems
 

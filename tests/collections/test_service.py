@@ -139,3 +139,70 @@ def test_simultaneous_first_use_builds_a_pipeline_once(index_factory, monkeypatc
         with ThreadPoolExecutor(CALLERS) as pool:
             answers = list(pool.map(first_call, range(CALLERS)))
     assert builds.count("bm25>>ltr") == 1 and all(_answer(a) == _answer(answers[0]) for a in answers)
+
+
+FOREIGN_CLIENT = """
+import sys
+import grpc
+from v1 import search_pb2, search_pb2_grpc  # generated from the proto alone, in another directory
+
+channel = grpc.insecure_channel(sys.argv[1])
+stub = search_pb2_grpc.SearchServiceStub(channel)
+answer = stub.Search(search_pb2.SearchRequest(query="computer information retrieval", k=5, pipeline="hybrid>>ltr"),
+                     timeout=120)
+assert not any(m == "weir" or m.startswith(("weir.", "service", "ranker", "indexer")) for m in sys.modules)
+print(answer.pipeline, [h.doc_id for h in answer.hits], [t.stage for t in answer.timings])
+"""
+
+
+def test_a_client_built_from_the_proto_alone_gets_a_reranked_answer(server, tmp_path):
+    """What a user in another code base does: generate stubs from proto/weir/v1/search.proto (grpcio-tools, a
+    package of its own) and call Search with a reranking pipeline; no weir module is importable there."""
+    import subprocess
+    import sys
+
+    from grpc_tools import protoc
+
+    from service.stubs import PROTO
+
+    out = tmp_path / "foreign"
+    (out / "v1").mkdir(parents=True)
+    proto = out / "v1" / "search.proto"
+    proto.write_text(PROTO.read_text())
+    assert protoc.main(["protoc", f"-I{out}", f"--python_out={out}", f"--grpc_python_out={out}", str(proto)]) == 0
+    (out / "client.py").write_text(FOREIGN_CLIENT)
+    (out / "v1" / "__init__.py").write_text("")
+    result = subprocess.run([sys.executable, str(out / "client.py"), f"127.0.0.1:{server.port}"], cwd=out,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    pipeline, rest = result.stdout.split(" ", 1)
+    assert pipeline == "hybrid>>ltr" and "'ltr'" in rest and rest.count("'") >= 10  # five hits, two stages
+
+
+@pytest.fixture(scope="module")
+def pruned_server(index_factory):
+    from indexer.quality.prune import PruneSpec
+
+    path = index_factory("adi", "bm25,dense", prune=PruneSpec("learned", 0.25))
+    config = ServiceConfig.load(index=str(path), port=0, verify_checksums=False)
+    with BackgroundServer(config) as s:
+        yield s, path
+
+
+def test_a_pruned_index_is_served_as_pruned_and_never_answers_with_a_pruned_document(pruned_server):
+    from indexer.quality.prune import read_pruned
+
+    server, path = pruned_server
+    gone = set(read_pruned(path / "quality"))
+    with SearchClient(f"127.0.0.1:{server.port}", timeout=120) as c:
+        info = c.info()
+        assert info.documents == 82 - len(gone) and info.pruning.documents_pruned == len(gone) == 21  # floor(0.25 * 82 + 1/2)
+        assert info.pruning.estimator == "learned" and info.pruning.fraction == 0.25
+        assert info.pruning.documents_scored == 82 and len(info.pruning.estimator_sha256) == 64
+        for q in read_topics(collection("adi") / "queries.tsv"):
+            for pipeline in ("bm25", "hybrid>>ltr"):
+                assert not {h.doc_id for h in c.search(q.text, k=82, pipeline=pipeline).hits} & gone
+
+
+def test_concurrent_callers_of_a_pruned_index_get_the_answers_of_sequential_calls(pruned_server):
+    _concurrent_answers_are_sequential_answers(pruned_server[0], "hybrid>>ltr", 10, 20, True)
