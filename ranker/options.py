@@ -29,9 +29,13 @@ class BM25Options:
 
 
 @dataclass(frozen=True)
-class DeepCTOptions(BM25Options):
-    k1: float = 10.0  # the DeepCT paper's
-    b: float = 0.9
+class DeepCTOptions:
+    k1: float | None = None  # None: what the index records for its head (the DeepCT paper's 10 / 0.9 if nothing)
+    b: float | None = None
+
+    def __post_init__(self):
+        if (self.k1 is not None and self.k1 < 0) or (self.b is not None and not 0 <= self.b <= 1):
+            raise InputError(f"BM25 needs k1 >= 0 and 0 <= b <= 1 (got k1={self.k1}, b={self.b})")
 
 
 @dataclass(frozen=True)

@@ -83,12 +83,12 @@ def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[l
             models[other] = TermWeighter(path, backbone=first.backbone, batch_size=first.batch_size)
     docs = list(documents)
     results: dict[str, list] = {k: [] for k in models}
-    # collection statistics, only for heads trained with lexical features (idf, tf, length)
-    stats = TermStatistics(d.contents for d in docs) if any(m.features for m in models.values()) else None
+    # statistics of the collection being indexed, for heads with lexical features or a BM25-shaped prior
+    stats = TermStatistics(d.contents for d in docs) if any(m.needs_statistics for m in models.values()) else None
 
     def apply(i: int, terms: list[str], vecs: np.ndarray) -> None:
         for k, m in models.items():
-            results[k].append((terms, m.apply(vecs, stats.features(m.features, i, terms) if m.features else None)))
+            results[k].append((terms, m.weigh(vecs, stats, i, terms)))
 
     cached = cache_root() / cache_key(first.backbone, docs)
     if (cached / "docids.json").is_file():
@@ -107,7 +107,7 @@ def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[l
                 bar.update(len(batch))
     docids = [d.id for d in docs]
     for k, m in models.items():
-        memo[k] = (docids, results[k], {**m.describe(), "card": m.card})
+        memo[k] = (docids, results[k], {**m.describe(), "card": m.card, "search": m.search_parameters()})
     return memo[kind]
 
 
@@ -126,7 +126,7 @@ def build_deepct(documents: Iterable[Document], out: Path, options: dict) -> dic
     return {"type": "lucene-deepct", "documents": indexed, "documents_without_terms": empty, "postings": postings,
             "model": model, "parameters": {"tf": f"round(w * {TF_SCALE}), tf < 1 dropped", "tf_scale": TF_SCALE,
                                            "analyzer": "whitespace (-pretokenized); terms from indexer.weighting.terms",
-                                           "search": {"k1": 10.0, "b": 0.9}, "docid_table": "docids.txt"}}
+                                           "search": model["search"], "docid_table": "docids.txt"}}
 
 
 def build_deepimpact(documents: Iterable[Document], out: Path, options: dict) -> dict:

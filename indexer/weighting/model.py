@@ -8,9 +8,20 @@ where it first occurs. Heads:
 - ``deepct``: ``Linear(dim, 1)`` (a regression of query term recall, unbounded);
 - ``deepimpact``: ``Linear(dim, dim) -> ReLU -> Linear(dim, 1) -> ReLU`` (a non-negative impact).
 
-A trained artifact is a directory: ``card.json`` (the model card: kind, base model, data, command, parameters,
-metrics) and ``head.pt`` (the head's state_dict; the backbone is loaded from ``base_model``, any Hugging Face name or
-local path, unchanged).
+A head has a ``shape`` (in its card):
+
+- ``free`` (the published recipes): the head's output is the weight;
+- ``bm25`` (the default since weir carries heads across collections): the weight is a BM25-shaped prior computed from
+  the collection being indexed, times a bounded learned factor ``exp(ln 2 * tanh(o))`` in [1/2, 2] read from the
+  term's vector (``o`` the head's output; its last layer starts at zero, so an untrained head is the prior exactly).
+  DeepImpact's prior is the term's BM25 weight in the document (Lucene's idf, k1 0.9, b 0.4, the document's own length
+  in terms); DeepCT's is the term frequency, written ten times finer (``tf' = round(10 tf factor)``) and searched with
+  BM25 k1 9, b 0.4, which ranks as BM25 over the text does when the factor is 1. Out of domain such a head can only
+  move a weight by a factor of two, and what it has not learned stays BM25.
+
+A trained artifact is a directory: ``card.json`` (the model card: kind, shape, base model, data, command,
+parameters, metrics) and ``head.pt`` (the head's state_dict; the backbone is loaded from ``base_model``, any Hugging
+Face name or local path, unchanged).
 """
 
 from __future__ import annotations
@@ -29,10 +40,14 @@ from weir.runtime import DEFAULT_MODEL, load_pretrained, model_fingerprint, prep
 from weir.types import InputError
 
 KINDS = ("deepct", "deepimpact")
+SHAPES = ("bm25", "free")
 CARD = "card.json"
 HEAD = "head.pt"
 MAX_LENGTH = 256
 FEATURES = ("idf", "tf", "length")
+BM25_K1, BM25_B = 0.9, 0.4  # the prior of a BM25-shaped DeepImpact head, and the search of BM25-shaped DeepCT
+FACTOR_LOG_BOUND = math.log(2.0)  # a BM25-shaped head multiplies its prior by a factor in [1/2, 2]
+DEEPCT_RESOLUTION = 10  # BM25-shaped DeepCT writes tf' = round(10 * tf * factor), searched with k1 = 10 * 0.9
 
 
 class TermStatistics:
@@ -46,6 +61,33 @@ class TermStatistics:
         self.counts = [Counter(terms(t)) for t in texts]
         self.df: Counter = Counter(t for c in self.counts for t in c)
         self.n_docs = len(self.counts)
+
+    def tf(self, i: int, doc_terms: Sequence[str]) -> np.ndarray:
+        counts = self.counts[i]
+        return np.array([counts.get(t, 0) for t in doc_terms], dtype=np.float64)
+
+    def bm25(self, i: int, doc_terms: Sequence[str], k1: float = BM25_K1, b: float = BM25_B,
+             tf: np.ndarray | None = None, length: float | None = None) -> np.ndarray:
+        """Each term's BM25 weight in document ``i`` (Lucene's idf; the document's length in terms, over the corpus's
+        mean); ``tf`` and ``length`` override the document's own (a document with a passage held out)."""
+        tf = self.tf(i, doc_terms) if tf is None else np.asarray(tf, dtype=np.float64)
+        length = sum(self.counts[i].values()) if length is None else length
+        df = np.array([self.df.get(t, 0) for t in doc_terms], dtype=np.float64)
+        idf = np.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+        return idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / self.avgdl))
+
+    @property
+    def avgdl(self) -> float:
+        if not hasattr(self, "_avgdl"):
+            self._avgdl = max(sum(sum(c.values()) for c in self.counts) / max(self.n_docs, 1), 1e-9)
+        return self._avgdl
+
+    def prior(self, kind: str, i: int, doc_terms: Sequence[str]) -> np.ndarray:
+        """The BM25-shaped prior of a ``kind`` head for the terms of document ``i``: the BM25 weight (DeepImpact), or
+        the term frequency in the pseudo-document's units, ``tf * 10 / 100`` so that ``round(100 w) = 10 tf``."""
+        if kind == "deepimpact":
+            return self.bm25(i, doc_terms)
+        return self.tf(i, doc_terms) * DEEPCT_RESOLUTION / 100.0
 
     def features(self, names: Sequence[str], i: int, doc_terms: Sequence[str]) -> np.ndarray:
         """(n_terms, len(names)) float32: ``idf`` = BM25 idf / 10, ``tf`` = log(1 + tf) / 3, ``length`` =
@@ -65,14 +107,30 @@ class TermStatistics:
         return np.stack(cols, axis=1).astype(np.float32) if cols else np.zeros((len(doc_terms), 0), np.float32)
 
 
-def make_head(kind: str, dim: int):
+def make_head(kind: str, dim: int, shape: str = "free"):
     import torch.nn as nn
 
+    if kind not in KINDS:
+        raise InputError(f"unknown term weighting head {kind!r}; known: {', '.join(KINDS)}")
+    if shape == "bm25":  # a correction of the prior: starts at output 0, factor 1
+        head = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, 1))
+        nn.init.zeros_(head[-1].weight)
+        nn.init.zeros_(head[-1].bias)
+        return head
+    if shape != "free":
+        raise InputError(f"unknown head shape {shape!r}; known: {', '.join(SHAPES)}")
     if kind == "deepct":
         return nn.Linear(dim, 1)
-    if kind == "deepimpact":
-        return nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, 1), nn.ReLU())
-    raise InputError(f"unknown term weighting head {kind!r}; known: {', '.join(KINDS)}")
+    return nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, 1), nn.ReLU())
+
+
+def factor(outputs):
+    """A BM25-shaped head's multiplier of its prior, ``exp(ln 2 * tanh(o))`` (numpy or torch)."""
+    if isinstance(outputs, np.ndarray):
+        return np.exp(FACTOR_LOG_BOUND * np.tanh(outputs))
+    import torch
+
+    return torch.exp(FACTOR_LOG_BOUND * torch.tanh(outputs))
 
 
 def passage_terms(text: str) -> tuple[list[str], list[str], list[int]]:
@@ -199,7 +257,8 @@ class TermWeighter:
         self.backbone = backbone or Backbone(self.card["base_model"], device=device,
                                              max_length=int(self.card.get("max_length", MAX_LENGTH)))
         self.features = list(self.card.get("features") or [])
-        self.head = make_head(self.kind, self.backbone.dim + len(self.features))
+        self.shape = self.card.get("shape", "free")
+        self.head = make_head(self.kind, self.backbone.dim + len(self.features), self.shape)
         self.head.load_state_dict(torch.load(self.path / HEAD, map_location="cpu", weights_only=True))
         self.head.eval()
         self.batch_size = batch_size
@@ -207,13 +266,36 @@ class TermWeighter:
     def card_sha256(self) -> str:
         return sha256_file(self.path / CARD)
 
+    @property
+    def needs_statistics(self) -> bool:
+        """Whether the weights need the collection's term statistics (lexical features, or a BM25-shaped prior)."""
+        return bool(self.features) or self.shape == "bm25"
+
+    def weigh(self, vectors: np.ndarray, stats: TermStatistics | None, i: int, doc_terms: Sequence[str]) -> np.ndarray:
+        """The weights of document ``i``'s terms from their vectors and, where the head needs them, the statistics of
+        the collection the document is indexed in."""
+        if self.needs_statistics and stats is None:
+            raise InputError(f"{self.path}: this head needs the collection's term statistics")
+        features = stats.features(self.features, i, doc_terms) if self.features else None
+        prior = stats.prior(self.kind, i, doc_terms) if self.shape == "bm25" else None
+        return self.apply(vectors, features, prior)
+
+    def search_parameters(self) -> dict:
+        """How the index this head writes is searched: BM25-shaped DeepCT with k1 9, b 0.4; the published DeepCT with
+        k1 10, b 0.9; DeepImpact by impact sums."""
+        if self.kind == "deepct":
+            return {"k1": DEEPCT_RESOLUTION * BM25_K1, "b": BM25_B} if self.shape == "bm25" else {"k1": 10.0, "b": 0.9}
+        return {}
+
     def describe(self) -> dict:
-        return {"model": str(self.path), "kind": self.kind, "card_sha256": self.card_sha256(),
+        return {"model": str(self.path), "kind": self.kind, "shape": self.shape, "card_sha256": self.card_sha256(),
                 "head_sha256": sha256_file(self.path / HEAD), "base_model": self.card["base_model"],
                 "max_length": self.backbone.max_length, "device": self.backbone.device}
 
-    def apply(self, vectors: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
-        """Head outputs for term vectors (plus the card's lexical ``features`` columns, when it has any)."""
+    def apply(self, vectors: np.ndarray, features: np.ndarray | None = None,
+              prior: np.ndarray | None = None) -> np.ndarray:
+        """Weights for term vectors (plus the card's lexical ``features`` columns, when it has any): the head's
+        outputs, or for a BM25-shaped head its ``prior`` times the learned factor."""
         import torch
 
         if len(vectors) == 0:
@@ -224,18 +306,20 @@ class TermWeighter:
                 raise InputError(f"{self.path}: this head needs the term features {self.features}")
             x = np.concatenate([x, features], axis=1)
         with torch.inference_mode():
-            return self.head(torch.from_numpy(x)).squeeze(-1).numpy()
+            out = self.head(torch.from_numpy(x)).squeeze(-1).numpy()
+        if self.shape != "bm25":
+            return out
+        if prior is None:
+            raise InputError(f"{self.path}: a BM25-shaped head needs the prior weights of the terms")
+        return (np.asarray(prior, dtype=np.float64) * factor(out.astype(np.float64))).astype(np.float32)
 
     def weights(self, texts: Sequence[str], stats: TermStatistics | None = None) -> list[tuple[list[str], np.ndarray]]:
-        """Per text: (unique terms, weights). A head with features takes ``stats`` of the collection (default: the
-        statistics of ``texts`` themselves)."""
-        if self.features and stats is None:
+        """Per text: (unique terms, weights). A head with features or a prior takes ``stats`` of the collection
+        (default: the statistics of ``texts`` themselves)."""
+        if self.needs_statistics and stats is None:
             stats = TermStatistics(texts)
-        out = []
-        for i, (terms, vecs) in enumerate(self.backbone.term_vectors(texts, self.batch_size)):
-            feats = stats.features(self.features, i, terms) if self.features else None
-            out.append((terms, self.apply(vecs, feats)))
-        return out
+        return [(terms, self.weigh(vecs, stats, i, terms))
+                for i, (terms, vecs) in enumerate(self.backbone.term_vectors(texts, self.batch_size))]
 
 
 def save(path: str | os.PathLike, head, card: dict) -> Path:
@@ -249,7 +333,9 @@ def save(path: str | os.PathLike, head, card: dict) -> Path:
 
 
 def weigh_many(models: Iterable[TermWeighter], texts: Sequence[str]) -> list[list[tuple[list[str], np.ndarray]]]:
-    """Weights of ``texts`` under several heads sharing one backbone: one encoder pass for all."""
+    """Weights of ``texts`` under several heads sharing one backbone: one encoder pass for all (statistics, where a
+    head needs them, of ``texts`` themselves)."""
     models = list(models)
     vecs = models[0].backbone.term_vectors(texts, models[0].batch_size)
-    return [[(terms, m.apply(v)) for terms, v in vecs] for m in models]
+    stats = TermStatistics(texts) if any(m.needs_statistics for m in models) else None
+    return [[(terms, m.weigh(v, stats, i, terms)) for i, (terms, v) in enumerate(vecs)] for m in models]

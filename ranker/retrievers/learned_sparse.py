@@ -51,11 +51,15 @@ class _TermRetriever(SparseRetriever):
 
 
 class DeepCTRetriever(_TermRetriever):
-    """BM25 over DeepCT pseudo-documents (tf = round(100 w)); default k1=10, b=0.9."""
+    """BM25 over DeepCT pseudo-documents (tf = round(100 w)), with the k1 and b the index records for its head (k1 9,
+    b 0.4 for a BM25-shaped head; the DeepCT paper's k1 10, b 0.9 for the published one); ``k1``/``b`` override."""
 
     component = "deepct"
 
-    def __init__(self, index: Index, *, k1: float = 10.0, b: float = 0.9):
+    def __init__(self, index: Index, *, k1: float | None = None, b: float | None = None):
+        search = index.manifest["components"][self.component].get("parameters", {}).get("search") or {}
+        k1 = float(search.get("k1", 10.0)) if k1 is None else k1
+        b = float(search.get("b", 0.9)) if b is None else b
         super().__init__(index, BM25Scores, k1=k1, b=b)
         self.k1, self.b = k1, b
 

@@ -1,28 +1,40 @@
 """`weir train deepct|deepimpact`: train a head (:mod:`indexer.weighting.model`) on a frozen backbone's cached term
-vectors.
+vectors, from one or several training sources, or from pseudo-queries made from a collection itself.
 
-The backbone runs once over the collection (:mod:`indexer.weighting.cache`); training then only touches the head,
-which takes minutes on a CPU. Training queries are split (fixed seed) into a training part and a validation part;
-the epoch with the best validation nDCG@10 is kept, and for DeepImpact the weight of ``deepimpact+bm25`` is chosen on
-the validation part (never on a test split).
+The backbone runs once over each collection (:mod:`indexer.weighting.cache`); training then only touches the head,
+which takes minutes on a CPU.
 
-- DeepCT: target of a document term = query term recall, the share of the document's relevant training queries
-  that contain the term (titles as pseudo-queries add one query per document); masked MSE over the document's terms.
-- DeepImpact: softmax cross-entropy over (query, positive, hard negatives), negatives sampled from BM25's top
-  ``negative_depth`` (weir's BM25 over an index of the same collection) minus the judged documents; a document's
-  score is the sum of the impacts of its unique terms the query has.
+Sources. ``--train COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]`` (repeatable; the old ``--collection --queries
+--qrels`` is one such source) and ``--self-supervised COLLECTION`` (repeatable): pseudo-queries made from the
+collection, deterministically (seeded): a passage's title asks for the passage without its title, and a held-out
+sentence asks for the rest of the passage; a positive is then scored on the terms the rest has, with the rest's
+frequencies and length, so the head learns what a query is *not* already saying. Each source's queries are split
+(seeded) into a training part and a validation part; a step draws its queries from the sources in proportion to their
+weights, whatever their sizes; the epoch kept is the one with the best validation nDCG@10 averaged over the sources.
 
-Validation scores every document exactly as the index will (sum of impacts of matching terms; BM25 k1=10, b=0.9
-over tf = round(100 w) for DeepCT), with numpy/scipy, before quantization.
+Heads (``--shape``, see :mod:`indexer.weighting.model`): ``bm25`` (default) multiplies a BM25-shaped prior from the
+collection being indexed by a learned factor in [1/2, 2]; ``free`` is the published recipe.
+
+- DeepImpact: softmax cross-entropy over (query, positive, BM25 hard negatives); a document's score is the sum of
+  its unique terms' weights that the query has.
+- DeepCT, ``bm25`` shape: the same ranking loss over BM25 (k1 9, b 0.4) of the pseudo-document ``tf' = 10 tf factor``
+  (its length the sum of ``tf'``), differentiable in the factor; ``free`` shape: masked MSE against query term recall
+  (the share of the document's relevant training queries that contain the term; titles as pseudo-queries with
+  ``--titles``).
+
+Validation scores every document exactly as the index will (sum of impacts of matching terms; BM25 over
+``round(100 w)`` for DeepCT), before quantization. For DeepImpact, the weight of ``deepimpact+bm25`` is chosen on the
+validation parts (the mean nDCG@10 over sources of each grid point), never on a test split.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
+import re
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,9 +43,24 @@ from tqdm import tqdm
 
 from indexer.collections import Collection
 from indexer.weighting.cache import cached_term_vectors
-from indexer.weighting.model import FEATURES, KINDS, MAX_LENGTH, Backbone, TermStatistics, make_head, save
+from indexer.weighting.model import (
+    BM25_B,
+    BM25_K1,
+    DEEPCT_RESOLUTION,
+    FEATURES,
+    KINDS,
+    MAX_LENGTH,
+    SHAPES,
+    Backbone,
+    TermStatistics,
+    factor,
+    make_head,
+    save,
+)
+from indexer.weighting.terms import terms as text_terms
 from indexer.weighting.terms import unique_terms
 from ranker.evaluation.measures import evaluate
+from ranker.training.common import TrainingSource
 from ranker.training.fusion import interpolation_weight
 from weir.provenance import model_card, sha256_file
 from weir.trec import read_qrels, read_topics
@@ -43,24 +70,51 @@ from weir.types import Hit, InputError, Run
 @dataclass
 class TrainConfig:
     kind: str
-    collection: str
-    queries: str
-    qrels: str
     out: str
+    collection: str | None = None  # one source given as --collection --queries --qrels
+    queries: str | None = None
+    qrels: str | None = None
+    train: list[str] = field(default_factory=list)  # COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]
+    self_supervised: list[str] = field(default_factory=list)  # COLLECTION[:WEIGHT]
+    shape: str = "bm25"
+    pseudo_queries: int = 2000  # per self-supervised collection, at most
+    max_queries: int = 3000  # judged queries per source at most (a seeded sample; ArguAna's synthetic set has 25,844)
     base_model: str = "all-MiniLM-L6-v2"
     max_length: int = MAX_LENGTH
-    titles: bool = False  # titles as pseudo-queries (each document's title -> the document)
+    titles: bool = False  # DeepCT free shape: titles as pseudo-queries of their documents
     epochs: int = 10
     lr: float = 1e-3
     batch_size: int = 32
     negatives: int = 15
     negative_depth: int = 100
     val_fraction: float = 0.2
+    min_rel: int = 1
     seed: int = 13
     bm25_index: str | None = None
     device: str | None = None
     features: list[str] = field(default_factory=list)  # lexical inputs beside the term vector: idf, tf, length
     command: list[str] = field(default_factory=list)
+
+    def sources(self) -> list[tuple[TrainingSource | None, str, float]]:
+        """(judged source or None, collection, weight) of every source, judged first."""
+        out: list[tuple[TrainingSource | None, str, float]] = []
+        if self.collection or self.queries or self.qrels:
+            if not (self.collection and self.queries and self.qrels):
+                raise InputError("--collection, --queries and --qrels go together (or use --train C:T:Q)")
+            out.append((TrainingSource(self.collection, self.queries, self.qrels), self.collection, 1.0))
+        for text in self.train:
+            source = TrainingSource.parse(text)
+            out.append((source, source.collection, source.weight))
+        for text in self.self_supervised:
+            path, _, weight = text.partition(":") if not Path(text).exists() else (text, "", "")
+            try:
+                out.append((None, path, float(weight) if weight else 1.0))
+            except ValueError:
+                raise InputError(f"--self-supervised {text!r}: expected COLLECTION[:WEIGHT]") from None
+        if not out:
+            raise InputError("no training data: give --train COLLECTION:TOPICS:QRELS (repeatable), --collection "
+                             "--queries --qrels, or --self-supervised COLLECTION")
+        return out
 
 
 class ScoreMatrix:
@@ -112,50 +166,58 @@ def deepct_doc_term(sm: ScoreMatrix, weights: np.ndarray, k1: float = 10.0, b: f
     return sm.matrix(values)
 
 
-class TrainingData:
-    """The collection, its cached term vectors, the training queries split (seeded) into a training part and a
-    validation part, and the scoring structure validation uses."""
+@dataclass
+class Item:
+    """A training query: its text, its positive documents, and for a pseudo-query the positive's terms, frequencies
+    and length once the query's own words are taken out of it."""
 
-    def __init__(self, config: TrainConfig, log):
-        self.coll = Collection.open(config.collection)
-        self.docs = list(self.coll.corpus())
-        self.backbone = Backbone(config.base_model, device=config.device, max_length=config.max_length)
-        self.tv = tv = cached_term_vectors(self.backbone, self.docs, log=log)
-        self.topics = {q.id: q.text for q in read_topics(config.queries)}
-        self.qrels = {qid: {d: r for d, r in rels.items() if r > 0 and d in tv.index}
-                      for qid, rels in read_qrels(config.qrels).items() if qid in self.topics}
-        qids = sorted(q for q in self.topics if self.qrels.get(q))
-        rng = random.Random(config.seed)
-        rng.shuffle(qids)
-        n_val = int(round(len(qids) * config.val_fraction))
-        self.val, self.train = sorted(qids[:n_val]), sorted(qids[n_val:])
-        # (query id, text, positive docids) of the training part, plus titles as pseudo-queries when asked
-        self.items = [(q, self.topics[q], set(self.qrels[q])) for q in self.train]
-        if config.titles:
-            self.items += [(f"title:{d.id}", d.title, {d.id}) for d in self.docs if d.title.strip()]
-        self.sm = ScoreMatrix(tv)
+    qid: str
+    text: str
+    positives: set[str]
+    rest: tuple[list[str], np.ndarray, int] | None = None
 
-    def validate(self, kind: str, outputs: np.ndarray) -> tuple[dict, Run]:
-        """nDCG@10 and R@100 of the validation queries when every document is scored with the head's ``outputs``
-        exactly as the index will score it (before quantization); and that run."""
-        sm = self.sm
-        doc_term = sm.matrix(outputs) if kind == "deepimpact" else deepct_doc_term(sm, outputs)
-        run = sm.run(doc_term, self.val, [self.topics[q] for q in self.val], name=kind)
-        return evaluate(run, {q: self.qrels[q] for q in self.val}, ["nDCG@10", "R@100"]), run
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def pseudo_items(docs, n: int, seed: int) -> list[Item]:
+    """Pseudo-queries of a collection: title -> the passage without it; a held-out sentence (of four words or more,
+    in a passage of two sentences or more) -> the rest of the passage. At most ``n``, seeded."""
+    rng = random.Random(seed)
+    out = []
+    for d in docs:
+        if d.title.strip() and d.text.strip():
+            out.append((d.title, d, d.text))
+        sentences = [s for s in _SENTENCE.split(d.text) if s.strip()]
+        long = [i for i, s in enumerate(sentences) if len(s.split()) >= 4]
+        if len(sentences) >= 2 and long:
+            j = rng.choice(long)
+            rest = " ".join(s for i, s in enumerate(sentences) if i != j)
+            out.append((sentences[j], d, f"{d.title} {rest}" if d.title else rest))
+    rng.shuffle(out)
+    items = []
+    for k, (query, d, rest) in enumerate(out[:n]):
+        counts = Counter(text_terms(rest))
+        if not counts or not unique_terms(query):
+            continue
+        kept = list(counts)
+        items.append(Item(f"pseudo:{k}", query, {d.id}, (kept, np.array([counts[t] for t in kept], float),
+                                                         sum(counts.values()))))
+    return items
 
 
 @contextlib.contextmanager
-def bm25_searcher(config: TrainConfig, coll: Collection, log):
-    """weir's BM25 over the collection (hard negatives, the BM25 half of ``deepimpact+bm25``): the index
-    ``config.bm25_index`` (an index directory or its bm25 component), else one built aside and removed after."""
+def bm25_searcher(collection: Collection, index: str | None, log):
+    """weir's BM25 over the collection (hard negatives, the BM25 half of ``deepimpact+bm25``): ``index`` (an index
+    directory or its bm25 component), else one built aside and removed after."""
     from indexer.lucene import build_bm25
     from ranker.retrievers.lucene import LuceneBM25Searcher
 
     with tempfile.TemporaryDirectory(prefix="weir-train-bm25-") as tmp:
-        path = Path(config.bm25_index) if config.bm25_index else Path(tmp) / "bm25"
-        if not config.bm25_index:
-            log("building a BM25 index of the collection")
-            build_bm25(coll.corpus(), path)
+        path = Path(index) if index else Path(tmp) / "bm25"
+        if not index:
+            log(f"{collection.name}: building a BM25 index of the collection")
+            build_bm25(collection.corpus(), path)
         elif (path / "manifest.json").is_file():
             path = path / "bm25"
         searcher = LuceneBM25Searcher(path)
@@ -165,151 +227,304 @@ def bm25_searcher(config: TrainConfig, coll: Collection, log):
             searcher.close()
 
 
-class Inputs:
-    """Head inputs by row of the cached term vectors: the vector, plus lexical feature columns when asked."""
+class Source:
+    """One training source, read: documents, cached term vectors, statistics, the head's inputs and priors by row,
+    training items with their BM25 negatives, and the validation queries with the BM25 run ``deepimpact+bm25``
+    fuses."""
 
-    def __init__(self, tv, docs, features):
-        self.tv = tv
-        self.feats = None
-        if features:
-            stats = TermStatistics(d.contents for d in docs)
-            self.feats = np.concatenate([stats.features(features, i, t) for i, t in enumerate(tv.terms)])
+    def __init__(self, judged: TrainingSource | None, collection: str, weight: float, config: TrainConfig,
+                 backbone: Backbone, log, bm25_index: str | None = None):
+        self.judged, self.weight = judged, weight
+        self.coll = Collection.open(collection)
+        self.name = self.coll.name + ("" if judged else " (self-supervised)")
+        self.docs = list(self.coll.corpus())
+        self.tv = tv = cached_term_vectors(backbone, self.docs, log=log)
+        self.stats = TermStatistics(d.contents for d in self.docs)
+        self.sm = ScoreMatrix(tv)
+        rng = random.Random(config.seed)
+        if judged is not None:
+            min_rel = judged.min_rel if judged.min_rel is not None else config.min_rel
+            topics = {q.id: q.text for q in read_topics(judged.topics)}
+            self.qrels = {q: {d: r for d, r in rels.items() if r >= min_rel and d in tv.index}
+                          for q, rels in read_qrels(judged.qrels).items() if q in topics}
+            qids = sorted(q for q in topics if self.qrels.get(q))
+            rng.shuffle(qids)
+            items = [Item(q, topics[q], set(self.qrels[q])) for q in qids[:config.max_queries]]
+        else:
+            items = pseudo_items(self.docs, config.pseudo_queries, config.seed)
+            self.qrels = {i.qid: {d: 1 for d in i.positives} for i in items}
+        if len(items) < 2:
+            raise InputError(f"{self.name}: fewer than 2 training queries with a relevant document")
+        n_val = max(1, int(round(len(items) * config.val_fraction))) if config.val_fraction > 0 else 0
+        self.val, self.items = items[:n_val], items[n_val:]
+        if config.titles and judged is not None:
+            self.items += [Item(f"title:{d.id}", d.title, {d.id}) for d in self.docs if d.title.strip()]
+        self.term_rows = [dict(zip(terms, range(len(terms)))) for terms in tv.terms]
+        self.inputs = self._inputs(config)
+        self.prior = self._prior(config) if config.shape == "bm25" else None
+        with bm25_searcher(self.coll, bm25_index, log) as bm25:
+            found = bm25.search_many([i.text for i in self.items], config.negative_depth + 10)
+            self.negatives = [[d for d, _ in hits if d not in item.positives] for item, hits in zip(self.items, found)]
+            hits = bm25.search_many([i.text for i in self.val], 100)
+        self.bm25_val = Run({i.qid: [Hit(d, s, r, {"bm25": s}) for r, (d, s) in enumerate(h, 1)]
+                             for i, h in zip(self.val, hits)}).ranked()
+        log(f"{self.name}: {len(self.items)} training and {len(self.val)} validation queries, weight {weight}")
 
-    def __call__(self, rows):
+    def prepare_deepct(self) -> None:
+        """What the DeepCT ranking loss needs: each row's document frequency, and the mean pseudo-document length at
+        factor 1 (10 x the mean length in terms)."""
+        self._df_rows = np.array([self.stats.df.get(t, 0) for terms in self.tv.terms for t in terms], dtype=np.float32)
+        self.avgdl_pseudo = DEEPCT_RESOLUTION * self.stats.avgdl
+
+    def df_of_rows(self, rows: np.ndarray) -> np.ndarray:
+        return self._df_rows[rows]
+
+    def _inputs(self, config: TrainConfig) -> np.ndarray | None:
+        if not config.features:
+            return None
+        return np.concatenate([self.stats.features(config.features, i, t) for i, t in enumerate(self.tv.terms)])
+
+    def _prior(self, config: TrainConfig) -> np.ndarray:
+        return np.concatenate([self.stats.prior(config.kind, i, t) for i, t in enumerate(self.tv.terms)]) \
+            .astype(np.float32)
+
+    def x(self, rows: np.ndarray):
+        """The head's inputs of cached rows (the vector, and lexical features when asked)."""
         import torch
 
         x = np.asarray(self.tv.data[rows], dtype=np.float32)
-        if self.feats is not None:
-            x = np.concatenate([x, self.feats[rows]], axis=1)
+        if self.inputs is not None:
+            x = np.concatenate([x, self.inputs[rows]], axis=1)
         return torch.from_numpy(x)
 
-    def all_outputs(self, head) -> np.ndarray:
+    def weights(self, head, shape: str) -> np.ndarray:
+        """Every row's weight under ``head``, as the index will have it (before quantization)."""
         import torch
 
         with torch.inference_mode():
-            return np.concatenate([head(self(np.arange(i, min(i + 65536, len(self.tv.data))))).squeeze(-1).numpy()
-                                   for i in range(0, len(self.tv.data), 65536)])
+            out = np.concatenate([head(self.x(np.arange(i, min(i + 65536, len(self.tv.data))))).squeeze(-1).numpy()
+                                  for i in range(0, len(self.tv.data), 65536)]).astype(np.float64)
+        return self.prior * factor(out) if shape == "bm25" else out
+
+    def validate(self, kind: str, weights: np.ndarray, search: dict) -> tuple[dict, Run]:
+        """nDCG@10 and R@100 of the validation queries, every document scored as the index will score it."""
+        doc_term = self.sm.matrix(weights) if kind == "deepimpact" else deepct_doc_term(self.sm, weights, **search)
+        run = self.sm.run(doc_term, [i.qid for i in self.val], [i.text for i in self.val], name=kind)
+        return evaluate(run, {i.qid: self.qrels[i.qid] for i in self.val}, ["nDCG@10", "R@100"]), run
+
+    def group(self, item: Item, negatives: list[str], kind: str, query_terms: list[str], rng) -> list[tuple]:
+        """(rows, prior or None) of the positive and the negatives of a step: the rows of the query's terms
+        (DeepImpact) or of all the document's terms with a mask of the query's (DeepCT, for its length)."""
+        positive = rng.choice(sorted(item.positives))
+        out = [self._rows(positive, kind, query_terms, item.rest)]
+        for d in negatives:
+            out.append(self._rows(d, kind, query_terms, None))
+        return out
+
+    def _rows(self, doc: str, kind: str, query_terms: list[str], rest) -> tuple:
+        i = self.tv.index[doc]
+        rows_of = self.term_rows[i]
+        base = self.tv.offsets[i]
+        if rest is None:
+            terms = self.tv.terms[i] if kind == "deepct" else [t for t in query_terms if t in rows_of]
+            rows = np.array([base + rows_of[t] for t in terms], dtype=np.int64)
+            prior = self.prior[rows] if self.prior is not None else None
+        else:  # the positive of a pseudo-query: the rest of the passage, its own frequencies and length
+            kept, tf, length = rest
+            tf_of = dict(zip(kept, tf))
+            terms = [t for t in (kept if kind == "deepct" else query_terms) if t in rows_of and t in tf_of]
+            rows = np.array([base + rows_of[t] for t in terms], dtype=np.int64)
+            counts = np.array([tf_of[t] for t in terms], dtype=np.float64)
+            if self.prior is None:
+                prior = None
+            elif kind == "deepimpact":
+                prior = self.stats.bm25(i, terms, tf=counts, length=length).astype(np.float32)
+            else:
+                prior = (counts * DEEPCT_RESOLUTION / 100.0).astype(np.float32)
+        query = set(query_terms)
+        mask = np.array([t in query for t in terms], dtype=bool)
+        return rows, prior, mask
 
 
-class HeadTraining:
-    """The head, its optimizer and the best epoch so far (by validation nDCG@10)."""
+class Training:
+    """The head, its optimizer, the sources, and the best epoch so far (by mean validation nDCG@10)."""
 
-    def __init__(self, config: TrainConfig, data: TrainingData, inputs: Inputs, log):
+    def __init__(self, config: TrainConfig, sources: list[Source], dim: int, log):
         import torch
 
-        self.config, self.data, self.inputs, self.log = config, data, inputs, log
-        self.head = make_head(config.kind, data.backbone.dim + len(config.features))
+        self.config, self.sources, self.log = config, sources, log
+        self.head = make_head(config.kind, dim + len(config.features), config.shape)
         self.opt = torch.optim.AdamW(self.head.parameters(), lr=config.lr)
         self.rng = random.Random(config.seed)
         self.history: list[dict] = []
         self.best, self.best_state = -1.0, None
+        self.search = ({"k1": DEEPCT_RESOLUTION * BM25_K1, "b": BM25_B} if config.shape == "bm25" else
+                       {"k1": 10.0, "b": 0.9}) if config.kind == "deepct" else {}
 
-    def step(self, loss) -> float:
-        self.opt.zero_grad()
-        loss.backward()
-        self.opt.step()
-        return loss.item()
+    def epoch_order(self) -> list[tuple[int, int]]:
+        """(source, item) pairs of an epoch: as many draws as items over all sources, each draw's source chosen with
+        probability proportional to its weight (seeded), each source's items taken in a shuffled cycle."""
+        total = sum(len(s.items) for s in self.sources)
+        drawn = self.rng.choices(range(len(self.sources)), weights=[s.weight for s in self.sources], k=total)
+        cycles = []
+        for s in self.sources:
+            cycle = list(range(len(s.items)))
+            self.rng.shuffle(cycle)
+            cycles.append(cycle)
+        taken = [0] * len(self.sources)
+        order = []
+        for si in drawn:
+            order.append((si, cycles[si][taken[si] % len(cycles[si])]))
+            taken[si] += 1
+        return order
 
-    def end_epoch(self, epoch: int, total: float, steps: int, digits: int) -> None:
-        """Validate, log, and keep the head's state when it is the best so far."""
+    def end_epoch(self, epoch: int, loss: float, digits: int) -> None:
         self.head.eval()
-        metrics, _ = self.data.validate(self.config.kind, self.inputs.all_outputs(self.head))
-        loss = total / max(1, steps)
-        self.history.append({"epoch": epoch, "loss": loss, **metrics})
-        self.log(f"epoch {epoch}: loss {loss:.{digits}f}, validation nDCG@10 {metrics['nDCG@10']:.4f} "
-                 f"R@100 {metrics['R@100']:.4f}")
-        if metrics["nDCG@10"] > self.best:
-            self.best, self.best_state = metrics["nDCG@10"], {k: v.clone() for k, v in self.head.state_dict().items()}
-
-    def batches(self, n: int, desc: str):
-        """A shuffled order of ``n`` examples and a progress bar over its batches."""
-        self.head.train()
-        order = list(range(n))
-        self.rng.shuffle(order)
-        bar = tqdm(range(0, len(order), self.config.batch_size), desc=desc, unit="batch", dynamic_ncols=True,
-                   mininterval=1.0)
-        return order, bar
+        per_source = {s.name: s.validate(self.config.kind, s.weights(self.head, self.config.shape), self.search)[0]
+                      for s in self.sources}
+        mean = float(np.average([m["nDCG@10"] for m in per_source.values()],
+                                weights=[s.weight for s in self.sources]))
+        self.history.append({"epoch": epoch, "loss": loss, "nDCG@10": mean, "sources": per_source})
+        self.log(f"epoch {epoch}: loss {loss:.{digits}f}, validation nDCG@10 {mean:.4f} ("
+                 + ", ".join(f"{n} {m['nDCG@10']:.4f}" for n, m in per_source.items()) + ")")
+        if mean > self.best:
+            self.best, self.best_state = mean, {k: v.clone() for k, v in self.head.state_dict().items()}
 
 
-def _train_deepimpact(t: HeadTraining, bm25) -> None:
-    """Softmax cross-entropy over (query, positive, BM25 hard negatives); a document's score is the sum of the
-    impacts of its unique terms the query has."""
+def _scores(t: Training, s: Source, groups: list[list[tuple]]):
+    """The score of every document of every group (rows x weights summed per document; DeepCT: BM25 of the
+    pseudo-document), shape (groups, group size)."""
     import torch
 
-    config, data, tv = t.config, t.data, t.data.tv
-    items = data.items
-    results = bm25.search_many([text for _, text, _ in items], config.negative_depth + 10)
-    negatives = {qid: [d for d, _ in hits if d not in pos] for (qid, _, pos), hits in zip(items, results)}
-    term_rows = [dict(zip(terms, range(len(terms)))) for terms in tv.terms]
-    qterms = {qid: unique_terms(text) for qid, text, _ in items}
-    group_size = 1 + config.negatives
+    config = t.config
+    rows = np.concatenate([r for g in groups for r, _, _ in g])
+    outputs = t.head(s.x(rows)).squeeze(-1) if len(rows) else torch.zeros(0)
+    if config.shape == "bm25":
+        prior = torch.from_numpy(np.concatenate([p for g in groups for _, p, _ in g]).astype(np.float32))
+        weights = prior * factor(outputs)
+    else:
+        weights = outputs
+    sizes = [len(r) for g in groups for r, _, _ in g]
+    seg = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.long))
+    if config.kind == "deepimpact":
+        scores = torch.zeros(len(sizes)).index_add(0, seg, weights)
+    else:  # BM25 of the pseudo-document tf' = 100 w (DeepCT writes round(100 w)): its length is its tf' summed
+        tf = weights * 100
+        k1, b = t.search["k1"], t.search["b"]
+        dl = torch.zeros(len(sizes)).index_add(0, seg, tf)
+        avgdl = float(s.avgdl_pseudo)
+        mask = torch.from_numpy(np.concatenate([m for g in groups for _, _, m in g]))
+        df = torch.from_numpy(np.concatenate([s.df_of_rows(r) for g in groups for r, _, _ in g]))
+        idf = torch.log(1 + (len(s.docs) - df + 0.5) / (df + 0.5))
+        term = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl[seg] / avgdl))
+        scores = torch.zeros(len(sizes)).index_add(0, seg, torch.where(mask, term, torch.zeros_like(term)))
+    return scores.view(len(groups), -1)
 
-    def rows(qid, doc):
-        i = tv.index[doc]
-        r = term_rows[i]
-        return [tv.offsets[i] + r[term] for term in qterms[qid] if term in r]
 
+def _train_ranking(t: Training) -> None:
+    """Softmax cross-entropy over (query, positive, BM25 hard negatives), for DeepImpact and BM25-shaped DeepCT."""
+    import torch
+
+    config = t.config
+    size = 1 + config.negatives
+    query_terms = [[unique_terms(i.text) for i in s.items] for s in t.sources]
+    if config.kind == "deepct":
+        for s in t.sources:
+            s.prepare_deepct()
     for epoch in range(1, config.epochs + 1):
-        order, bar = t.batches(len(items), f"deepimpact epoch {epoch}")
+        t.head.train()
+        order = t.epoch_order()
+        bar = tqdm(range(0, len(order), config.batch_size), desc=f"{config.kind} epoch {epoch}", unit="batch",
+                   dynamic_ncols=True, mininterval=1.0)
         total, steps = 0.0, 0
-        for s in bar:
-            all_rows, seg, groups = [], [], 0
-            for j in order[s:s + config.batch_size]:
-                qid, _, pos = items[j]
-                negs = negatives.get(qid, [])
+        for start in bar:
+            by_source: dict[int, list] = defaultdict(list)
+            for si, j in order[start:start + config.batch_size]:
+                s, item = t.sources[si], t.sources[si].items[j]
+                negs = s.negatives[j]
                 if not negs:
                     continue
-                group = [t.rng.choice(sorted(pos))] + t.rng.sample(negs, min(config.negatives, len(negs)))
-                group += [group[-1]] * (group_size - len(group))
-                for g, doc in enumerate(group):
-                    r = rows(qid, doc)
-                    all_rows += r
-                    seg += [groups * group_size + g] * len(r)
-                groups += 1
-            if not groups:
+                pick = t.rng.sample(negs, min(config.negatives, len(negs)))
+                pick += [pick[-1]] * (size - 1 - len(pick))
+                by_source[si].append(s.group(item, pick, config.kind, query_terms[si][j], t.rng))
+            if not by_source:
                 continue
-            impacts = t.head(t.inputs(np.asarray(all_rows, dtype=np.int64))).squeeze(-1)
-            scores = torch.zeros(groups * group_size).index_add(0, torch.tensor(seg), impacts)
-            loss = torch.nn.functional.cross_entropy(scores.view(groups, -1), torch.zeros(groups, dtype=torch.long))
-            total, steps = total + t.step(loss), steps + 1
+            losses = []
+            for si, groups in by_source.items():
+                scores = _scores(t, t.sources[si], groups)
+                losses.append(torch.nn.functional.cross_entropy(scores, torch.zeros(len(groups), dtype=torch.long),
+                                                                reduction="sum"))
+            loss = torch.stack(losses).sum() / sum(len(g) for g in by_source.values())
+            t.opt.zero_grad()
+            loss.backward()
+            t.opt.step()
+            total, steps = total + loss.item(), steps + 1
             bar.set_postfix(loss=f"{total / steps:.4f}")
         bar.close()
-        t.end_epoch(epoch, total, steps, 4)
+        t.end_epoch(epoch, total / max(1, steps), 4)
 
 
-def _train_deepct(t: HeadTraining) -> None:
-    """Masked MSE of each document term's weight against its query term recall: the share of the document's
-    relevant training queries that contain the term."""
+def _train_deepct_recall(t: Training) -> None:
+    """The published DeepCT: masked MSE of each document term's weight against its query term recall, the share of
+    the document's relevant training queries that contain the term."""
     import torch
 
-    config, tv = t.config, t.data.tv
-    relevant: dict[str, list[str]] = defaultdict(list)
-    for _, text, pos in t.data.items:
-        for d in pos:
-            relevant[d].append(text)
-    doc_idx = sorted(tv.index[d] for d in relevant)
-    rows_list, targets = [], []
-    for i in doc_idx:
-        qs = [set(unique_terms(text)) for text in relevant[tv.docids[i]]]
-        rows_list.append(np.arange(tv.offsets[i], tv.offsets[i + 1]))
-        targets.append(np.array([sum(term in q for q in qs) / len(qs) for term in tv.terms[i]], dtype=np.float32))
+    config = t.config
+    examples = []  # (source, rows, targets)
+    for s in t.sources:
+        relevant: dict[str, list[str]] = defaultdict(list)
+        for item in s.items:
+            for d in item.positives:
+                relevant[d].append(item.text)
+        for d in sorted(relevant, key=lambda x: s.tv.index[x]):
+            i = s.tv.index[d]
+            qs = [set(unique_terms(text)) for text in relevant[d]]
+            targets = np.array([sum(term in q for q in qs) / len(qs) for term in s.tv.terms[i]], dtype=np.float32)
+            examples.append((s, np.arange(s.tv.offsets[i], s.tv.offsets[i + 1]), targets))
     for epoch in range(1, config.epochs + 1):
-        order, bar = t.batches(len(doc_idx), f"deepct epoch {epoch}")
+        t.head.train()
+        order = list(range(len(examples)))
+        t.rng.shuffle(order)
+        bar = tqdm(range(0, len(order), config.batch_size), desc=f"deepct epoch {epoch}", unit="batch",
+                   dynamic_ncols=True, mininterval=1.0)
         total, steps = 0.0, 0
-        for s in bar:
-            pick = order[s:s + config.batch_size]
-            r = np.concatenate([rows_list[j] for j in pick])
-            y = torch.from_numpy(np.concatenate([targets[j] for j in pick]))
-            pred = t.head(t.inputs(r)).squeeze(-1)
-            total, steps = total + t.step(torch.nn.functional.mse_loss(pred, y)), steps + 1  # masked: real terms only
+        for start in bar:
+            pick = [examples[j] for j in order[start:start + config.batch_size]]
+            pred = torch.cat([t.head(s.x(rows)).squeeze(-1) for s, rows, _ in pick])
+            y = torch.from_numpy(np.concatenate([y for _, _, y in pick]))
+            loss = torch.nn.functional.mse_loss(pred, y)
+            t.opt.zero_grad()
+            loss.backward()
+            t.opt.step()
+            total, steps = total + loss.item(), steps + 1
             bar.set_postfix(loss=f"{total / steps:.5f}")
         bar.close()
-        t.end_epoch(epoch, total, steps, 5)
+        t.end_epoch(epoch, total / max(1, steps), 5)
 
 
-HEADS = {"deepct": "Linear(dim, 1) on the first word piece of each term's first word",
-         "deepimpact": "Linear(dim, dim) -> ReLU -> Linear(dim, 1) -> ReLU on the first word piece of each unique "
-                       "term's first word"}
+HEADS = {("deepct", "free"): "Linear(dim, 1) on the first word piece of each term's first word",
+         ("deepimpact", "free"): "Linear(dim, dim) -> ReLU -> Linear(dim, 1) -> ReLU on the first word piece of each "
+                                 "unique term's first word",
+         ("deepct", "bm25"): "tf' = round(10 tf exp(ln 2 tanh(o))), o = Linear(dim, dim) -> ReLU -> Linear(dim, 1) "
+                             "(last layer starts at 0); searched with BM25 k1 9, b 0.4",
+         ("deepimpact", "bm25"): "impact = BM25(tf, idf, length of the collection indexed; k1 0.9, b 0.4) x "
+                                 "exp(ln 2 tanh(o)), o = Linear(dim, dim) -> ReLU -> Linear(dim, 1) (last layer "
+                                 "starts at 0)"}
+
+
+def _fusion(t: Training) -> dict:
+    """The ``deepimpact+bm25`` interpolation weight best on the validation parts, each source weighing its weight."""
+    grids = []
+    for s in t.sources:
+        _, run = s.validate("deepimpact", s.weights(t.head, t.config.shape), t.search)
+        qids = [i.qid for i in s.val]
+        grids.append(interpolation_weight(run, s.bm25_val, s.qrels, qids, ["deepimpact", "bm25"])["grid"])
+    weights = np.array([s.weight for s in t.sources], dtype=float)
+    grid = {w: float(np.average([g[w] for g in grids], weights=weights)) for w in grids[0]}
+    value, w = max(((v, float(g)) for g, v in grid.items()), key=lambda x: (x[0], -abs(x[1] - 0.5), x[1]))
+    return {"method": "minmax", "weights": [w, round(1 - w, 2)], "stages": ["deepimpact", "bm25"],
+            "validation_nDCG@10": value, "grid": {g: round(v, 4) for g, v in grid.items()},
+            "tuned_on": "validation parts of the training sources (mean nDCG@10 over sources, by weight)"}
 
 
 def train(config: TrainConfig, log=print) -> dict:
@@ -318,55 +533,60 @@ def train(config: TrainConfig, log=print) -> dict:
 
     if config.kind not in KINDS:
         raise InputError(f"unknown model kind {config.kind!r}; known: {', '.join(KINDS)}")
+    if config.shape not in SHAPES:
+        raise InputError(f"unknown head shape {config.shape!r}; known: {', '.join(SHAPES)}")
     unknown = [f for f in config.features if f not in FEATURES]
     if unknown:
         raise InputError(f"unknown term feature(s) {', '.join(unknown)}; known: {', '.join(FEATURES)}")
+    specs = config.sources()
     random.seed(config.seed)
     np.random.seed(config.seed)
     torch.manual_seed(config.seed)
     start = time.perf_counter()
-    data = TrainingData(config, log)
-    encoded = time.perf_counter()
-    t = HeadTraining(config, data, Inputs(data.tv, data.docs, config.features), log)
-    if config.kind == "deepct":
-        _train_deepct(t)
-        card = _card(config, data, t, encoded - start, time.perf_counter() - encoded)
+    backbone = Backbone(config.base_model, device=config.device, max_length=config.max_length)
+    sources = [Source(judged, coll, weight, config, backbone, log,
+                      config.bm25_index if len(specs) == 1 else None) for judged, coll, weight in specs]
+    read = time.perf_counter()
+    t = Training(config, sources, backbone.dim, log)
+    if config.kind == "deepct" and config.shape == "free":
+        _train_deepct_recall(t)
     else:
-        with bm25_searcher(config, data.coll, log) as bm25:
-            _train_deepimpact(t, bm25)
-            card = _card(config, data, t, encoded - start, time.perf_counter() - encoded)
-            _, di_run = data.validate("deepimpact", t.inputs.all_outputs(t.head))
-            hits = bm25.search_many([data.topics[q] for q in data.val], 100)
-        bm25_run = Run({q: [Hit(d, sc, r, {"bm25": sc}) for r, (d, sc) in enumerate(h, 1)]
-                        for q, h in zip(data.val, hits)}).ranked()
-        card["fusion"] = interpolation_weight(di_run, bm25_run, data.qrels, data.val, ["deepimpact", "bm25"])
+        _train_ranking(t)
+    t.head.load_state_dict(t.best_state)
+    t.head.eval()
+    card = _card(config, sources, t, backbone, read - start, time.perf_counter() - read)
+    if config.kind == "deepimpact":
+        card["fusion"] = _fusion(t)
         log(f"deepimpact+bm25 on validation: weights {card['fusion']['weights']} nDCG@10 "
             f"{card['fusion']['validation_nDCG@10']:.4f}")
     save(config.out, t.head, card)
     return card
 
 
-def _card(config: TrainConfig, data: TrainingData, t: HeadTraining, encode_seconds: float,
+def _card(config: TrainConfig, sources: list[Source], t: Training, backbone: Backbone, read_seconds: float,
           train_seconds: float) -> dict:
-    """The model card of the head ``t`` trained, set to its best epoch."""
-    t.head.load_state_dict(t.best_state)
-    t.head.eval()
-    coll = data.coll
+    data = []
+    for s in sources:
+        entry = {"collection": s.coll.name, "path": str(s.coll.root), "corpus_sha256": sha256_file(s.coll.corpus_path),
+                 "weight": s.weight, "training_queries": len(s.items), "validation_queries": len(s.val),
+                 "documents": len(s.docs)}
+        if s.judged is not None:
+            entry.update({"queries": s.judged.topics, "queries_sha256": sha256_file(s.judged.topics),
+                          "qrels": s.judged.qrels, "qrels_sha256": sha256_file(s.judged.qrels),
+                          "min_rel": s.judged.min_rel or config.min_rel})
+        else:
+            entry["self_supervised"] = "pseudo-queries from the collection: titles, held-out sentences"
+        data.append(entry)
     card = model_card(
         config.kind, base_model=config.base_model, command=config.command, dists=("torch", "transformers"),
-        training_data={"collection": coll.name, "corpus_sha256": sha256_file(str(coll.corpus_path)),
-                       "queries": config.queries, "queries_sha256": sha256_file(config.queries),
-                       "qrels": config.qrels, "qrels_sha256": sha256_file(config.qrels),
-                       "training_queries": len(data.train), "validation_queries": len(data.val),
-                       "titles_as_pseudo_queries": len([i for i in data.items if i[0].startswith("title:")]),
-                       "documents": len(data.docs)},
-        parameters={k: v for k, v in asdict(config).items() if k != "command"},
-        **{k: v for k, v in data.backbone.describe().items() if k in ("base_model_sha256", "max_length")},
-        head=HEADS[config.kind], trained="head only (backbone frozen, its term vectors cached)",
-        features=list(config.features),
+        training_data=data, parameters={k: v for k, v in asdict(config).items() if k != "command"},
+        **{k: v for k, v in backbone.describe().items() if k in ("base_model_sha256", "max_length")},
+        shape=config.shape, head=HEADS[(config.kind, config.shape)],
+        trained="head only (backbone frozen, its term vectors cached)", features=list(config.features),
+        collections=[s.coll.name for s in sources],
         tokenization="indexer.weighting.terms (words [^\\W_]+, Anserini English analyzer: lowercase, stopwords, "
                      "Porter), shared by documents and queries")
-    best_epoch = max(t.history, key=lambda h: h["nDCG@10"])
-    card["metrics"] = {"validation": dict(best_epoch), "history": t.history}
-    card["timing"] = {"encode_seconds": round(encode_seconds, 1), "train_seconds": round(train_seconds, 1)}
+    best = max(t.history, key=lambda h: h["nDCG@10"])
+    card["metrics"] = {"validation": dict(best), "history": t.history}
+    card["timing"] = {"encode_seconds": round(read_seconds, 1), "train_seconds": round(train_seconds, 1)}
     return card

@@ -10,6 +10,8 @@ def cmd_term_weighting(args) -> int:
     from ranker.training.term_weighting import TrainConfig, train
 
     config = TrainConfig(kind=args.kind, collection=args.collection, queries=args.queries, qrels=args.qrels,
+                         train=args.train or [], self_supervised=args.self_supervised or [], shape=args.shape,
+                         pseudo_queries=args.pseudo_queries, min_rel=args.min_rel, max_queries=args.max_queries,
                          out=args.out, base_model=args.base_model, max_length=args.max_length, titles=args.titles,
                          epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, negatives=args.negatives,
                          negative_depth=args.negative_depth, val_fraction=args.val_fraction, seed=args.seed,
@@ -17,9 +19,9 @@ def cmd_term_weighting(args) -> int:
                          features=[f.strip() for f in args.features.split(",") if f.strip()])
     card = train(config, log=lambda m: print(m, file=sys.stderr))
     v = card["metrics"]["validation"]
-    print(f"{args.kind} -> {args.out}: validation nDCG@10 {v['nDCG@10']:.4f} R@100 {v['R@100']:.4f} (epoch "
-          f"{v['epoch']}); encode {card['timing']['encode_seconds']}s, train {card['timing']['train_seconds']}s",
-          file=sys.stderr)
+    print(f"{args.kind} -> {args.out}: validation nDCG@10 {v['nDCG@10']:.4f} (epoch {v['epoch']}, mean over "
+          f"{len(card['training_data'])} source(s)); encode {card['timing']['encode_seconds']}s, train "
+          f"{card['timing']['train_seconds']}s", file=sys.stderr)
     return 0
 
 
@@ -100,10 +102,29 @@ def _add_term_weighting(tr) -> None:
                        ("deepimpact", "DeepImpact: impacts trained with softmax cross-entropy over BM25 hard negatives")):
         t = tr.add_parser(kind, help=what, description=what + ". The backbone is frozen; its term vectors are "
                           "computed once per collection and cached ($WEIR_CACHE, default ~/.cache/weir); only the head "
-                          "trains. Writes head.pt and card.json (the model card) to --out.")
-        t.add_argument("--collection", required=True, help="collection directory (corpus.jsonl)")
-        t.add_argument("--queries", required=True, help="TRAINING queries (never a test split you report)")
-        t.add_argument("--qrels", required=True, help="qrels of the training queries")
+                          "trains. By default (--shape bm25) the head learns a factor in [1/2, 2] on a BM25-shaped "
+                          "prior computed from the collection being indexed, so that it degrades towards BM25 where "
+                          "it has not learned. Training data: --train (repeatable, several collections weighed "
+                          "against each other), or --collection --queries --qrels, and/or --self-supervised "
+                          "COLLECTION (pseudo-queries from the collection itself: titles, held-out sentences; "
+                          "adapts the weights to a collection without judgments). Writes head.pt and card.json (the "
+                          "model card) to --out.")
+        t.add_argument("--train", action="append", metavar="COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]",
+                       help="training judgments over a collection (repeatable; TRAINING splits only); WEIGHT (default "
+                       "1) is its share of the steps, MIN_REL the grade counted relevant (default --min-rel)")
+        t.add_argument("--self-supervised", action="append", metavar="COLLECTION[:WEIGHT]",
+                       help="pseudo-queries made from this collection: titles ask for their passages, held-out "
+                       "sentences for the rest of theirs; BM25-mined negatives (repeatable)")
+        t.add_argument("--pseudo-queries", type=int, default=2000, help="pseudo-queries per self-supervised "
+                       "collection at most (default 2000, seeded)")
+        t.add_argument("--shape", choices=("bm25", "free"), default="bm25", help="bm25 (default): a bounded learned "
+                       "factor on a BM25-shaped prior; free: the published head, its output the weight")
+        t.add_argument("--collection", help="collection directory (corpus.jsonl), with --queries and --qrels")
+        t.add_argument("--queries", help="TRAINING queries (never a test split you report)")
+        t.add_argument("--qrels", help="qrels of the training queries")
+        t.add_argument("--min-rel", type=int, default=1, help="grade counted relevant where a source does not say")
+        t.add_argument("--max-queries", type=int, default=3000, help="judged queries per source at most (a seeded "
+                       "sample; default 3000)")
         t.add_argument("--out", required=True, help="model directory to write (e.g. models/%s-scifact)" % kind)
         t.add_argument("--base-model", default="all-MiniLM-L6-v2", help="backbone: Hugging Face name or local path")
         t.add_argument("--max-length", type=int, default=256, help="word pieces per encoder window (default 256)")

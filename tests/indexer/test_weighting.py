@@ -111,3 +111,70 @@ def test_learned_pipelines_run(learned_tiny):
         run = registry.build(name, idx)([Query("q3", "vitamin D bone")], k=3)
         assert run["q3"] and {h.doc_id for h in run["q3"]} <= {d["id"] for d in WEIGHTING_DOCS}
         assert name != "deepimpact+bm25" or run["q3"][0].doc_id == "d4"  # BM25's half ranks the vitamin D paper first
+
+
+@pytest.fixture(scope="module")
+def untrained_bm25_shaped(tmp_path_factory):
+    """Both heads in the BM25 shape, untrained (their last layer at zero), and an index of the tiny corpus."""
+    import torch
+
+    from indexer.build import build_index
+    from indexer.weighting.model import make_head, save
+
+    root = tmp_path_factory.mktemp("bm25-shaped")
+    coll = root / "coll"
+    coll.mkdir()
+    (coll / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in WEIGHTING_DOCS), encoding="utf-8")
+    models = {}
+    for kind in ("deepct", "deepimpact"):
+        torch.manual_seed(1)
+        models[kind] = save(root / kind, make_head(kind, 384, "bm25"),
+                            {"kind": kind, "shape": "bm25", "base_model": "all-MiniLM-L6-v2", "max_length": 32})
+    build_index(coll, root / "index", components=("bm25", "deepct", "deepimpact"),
+                learned={"deepct_model": str(models["deepct"]), "deepimpact_model": str(models["deepimpact"])})
+    return root / "index"
+
+
+def test_an_untrained_bm25_shaped_impact_head_ranks_as_its_bm25_baseline(untrained_bm25_shaped):
+    """Impacts = BM25 weights (the collection's own idf and lengths, k1 0.9, b 0.4) quantized to 8 bits: the
+    deepimpact ranking is the sum of those over the query's terms, computed here from the formula."""
+    from indexer.index_dir import Index
+    from indexer.weighting.model import TermStatistics
+    from ranker.retrievers.learned_sparse import ImpactRetriever
+    from weir.types import Query
+
+    texts = {d["id"]: f"{d['title']} {d['text']}" if d["title"] else d["text"] for d in WEIGHTING_DOCS}
+    stats = TermStatistics(texts.values())
+    doc_ids = list(texts)
+    bm25 = {}
+    for i, d in enumerate(doc_ids):
+        doc_terms = list(dict.fromkeys(terms(texts[d])))
+        n, df = stats.n_docs, np.array([stats.df[t] for t in doc_terms], dtype=float)
+        tf = np.array([stats.counts[i][t] for t in doc_terms], dtype=float)
+        dl, avgdl = sum(stats.counts[i].values()), sum(sum(c.values()) for c in stats.counts) / n
+        w = np.log(1 + (n - df + 0.5) / (df + 0.5)) * tf * 1.9 / (tf + 0.9 * (0.6 + 0.4 * dl / avgdl))
+        bm25[d] = dict(zip(doc_terms, w.astype(np.float32)))  # the index holds float32 weights
+    scale = 256 / float(max(max(w.values()) for w in bm25.values()))
+    quantized = {d: {t: math.ceil(float(v) * scale) for t, v in w.items()} for d, w in bm25.items()}
+    assert _postings(untrained_bm25_shaped / "deepimpact") == quantized
+    run = ImpactRetriever(Index(untrained_bm25_shaped))([Query(q, t) for q, t in WEIGHTING_QUERIES], k=10)
+    for qid, text in WEIGHTING_QUERIES:
+        qt = set(unique_terms(text))
+        want = sorted(((sum(v for t, v in w.items() if t in qt), d) for d, w in quantized.items()),
+                      key=lambda x: (-x[0], x[1]))
+        assert [h.doc_id for h in run[qid]] == [d for s, d in want if s > 0]
+
+
+def test_an_untrained_bm25_shaped_deepct_head_writes_ten_times_the_term_frequencies(untrained_bm25_shaped):
+    from indexer.index_dir import Index
+    from ranker.retrievers.learned_sparse import DeepCTRetriever
+
+    postings = _postings(untrained_bm25_shaped / "deepct")
+    for d in WEIGHTING_DOCS:
+        text = f"{d['title']} {d['text']}" if d["title"] else d["text"]
+        counts = {}
+        for t in terms(text):
+            counts[t] = counts.get(t, 0) + 1
+        assert postings[d["id"]] == {t: 10 * c for t, c in counts.items()}
+    stage = DeepCTRetriever(Index(untrained_bm25_shaped))
+    assert (stage.k1, stage.b) == (9.0, 0.4)  # BM25 k1 0.9 in units ten times finer: ranks as BM25 over tf

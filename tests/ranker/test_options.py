@@ -12,7 +12,7 @@ from weir.types import InputError
 def test_flat_keys_reach_every_stage_they_concern():
     o = PipelineOptions.from_mapping({"k1": 1.2, "device": "cpu", "depth": 50, "batch_size": 8,
                                       "fusion": "rrf", "ltr_model": "m", "dense_model": None})
-    assert (o.bm25.k1, o.bm25.b) == (1.2, 0.4) and o.deepct.k1 == 10.0  # DeepCT's own k1 is untouched
+    assert (o.bm25.k1, o.bm25.b) == (1.2, 0.4) and o.deepct.k1 is None  # DeepCT keeps the k1 its index records
     assert o.dense.device == o.ltr.device == o.attention.device == o.crossencoder.device == "cpu"
     assert o.ltr.depth == o.attention.depth == o.crossencoder.depth == 50 and o.ltr.batch_size is None
     assert o.hybrid.method == o.deepimpact_bm25.method == "rrf" and o.ltr.model == "m"

@@ -1,4 +1,5 @@
-"""A few training steps of each term weighting head write a model card."""
+"""Term weighting training: both heads in both shapes write a model card; several training sets are read and drawn
+by their weights; self-supervised pseudo-queries are deterministic and ask for what the passage says elsewhere."""
 
 from __future__ import annotations
 
@@ -6,17 +7,58 @@ import json
 
 import pytest
 
+from weir.types import Document
+
 
 @pytest.mark.parametrize("kind", ["deepct", "deepimpact"])
-def test_training_writes_a_model_card(learned_tiny, tmp_path, monkeypatch, kind):
+@pytest.mark.parametrize("shape", ["bm25", "free"])
+def test_training_writes_a_model_card(learned_tiny, tmp_path, monkeypatch, kind, shape):
     from ranker.training.term_weighting import TrainConfig, train
 
     monkeypatch.setenv("WEIR_CACHE", str(tmp_path / "cache"))
     coll, _, _ = learned_tiny
     card = train(TrainConfig(kind=kind, collection=str(coll), queries=str(coll / "queries.tsv"),
                              qrels=str(coll / "qrels.txt"), out=str(tmp_path / kind), epochs=2, negatives=2,
-                             val_fraction=0.34, max_length=32, titles=True), log=lambda m: None)
+                             val_fraction=0.34, max_length=32, titles=True, shape=shape), log=lambda m: None)
     saved = json.loads((tmp_path / kind / "card.json").read_text())
-    assert saved["kind"] == kind and saved["head_sha256"] and saved["training_data"]["validation_queries"] == 1
+    assert saved["kind"] == kind and saved["shape"] == shape and saved["head_sha256"]
+    assert saved["training_data"][0]["validation_queries"] == 1 and saved["collections"] == ["coll"]
     assert saved["metrics"]["validation"]["epoch"] in (1, 2) and card["parameters"]["seed"] == 13
     assert (kind == "deepimpact") == ("fusion" in saved)
+
+
+def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_path, monkeypatch):
+    from ranker.training.term_weighting import Source, TrainConfig, Training
+    from indexer.weighting.model import Backbone
+
+    monkeypatch.setenv("WEIR_CACHE", str(tmp_path / "cache"))
+    coll, _, _ = learned_tiny
+    spec = f"{coll}:{coll / 'queries.tsv'}:{coll / 'qrels.txt'}"
+    config = TrainConfig(kind="deepimpact", out=str(tmp_path / "m"), train=[f"{spec}:3", f"{spec}:1"],
+                         self_supervised=[str(coll)], val_fraction=0.34, max_length=32, negatives=2)
+    specs = config.sources()
+    assert [(s is None, w) for s, _, w in specs] == [(False, 3.0), (False, 1.0), (True, 1.0)]
+    backbone = Backbone(max_length=32)
+    sources = [Source(j, c, w, config, backbone, lambda m: None) for j, c, w in specs]
+    t = Training(config, sources, backbone.dim, lambda m: None)
+    draws = [si for _ in range(50) for si, _ in t.epoch_order()]
+    shares = [draws.count(i) / len(draws) for i in range(3)]
+    assert shares[0] == pytest.approx(0.6, abs=0.05) and shares[1] == pytest.approx(0.2, abs=0.05)
+
+
+def test_pseudo_queries_are_deterministic_and_leave_their_words_out():
+    from ranker.training.term_weighting import pseudo_items
+
+    docs = [Document("a", "Statins and the heart", "Statins lower cholesterol in adults. They also reduce the risk "
+                     "of stroke in older patients. Side effects include muscle pain."),
+            Document("b", "", "Coffee is a stimulant drink. Caffeine blocks adenosine receptors in the brain."),
+            Document("c", "", "Too short.")]
+    first, again = pseudo_items(docs, 100, seed=5), pseudo_items(docs, 100, seed=5)
+    assert [(i.qid, i.text, i.positives) for i in first] == [(i.qid, i.text, i.positives) for i in again]
+    assert {i.text for i in first} >= {"Statins and the heart"} and all(i.positives <= {"a", "b"} for i in first)
+    title = next(i for i in first if i.text == "Statins and the heart")
+    kept, tf, length = title.rest
+    assert "heart" not in kept and "cholesterol" in kept and length == tf.sum()  # the text without the title
+    sentence = next(i for i in first if i.positives == {"b"})
+    assert not set(sentence.rest[0]) & {"coffe", "stimul", "drink"} or not set(sentence.rest[0]) & {"caffein", "block"}
+    assert [i.text for i in pseudo_items(docs, 100, seed=6)] != [] and len(pseudo_items(docs, 1, seed=5)) == 1

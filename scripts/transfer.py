@@ -1,0 +1,169 @@
+"""The transfer protocol of the learned term weights: every head judged on a collection it never saw.
+
+Training sources, one per collection of ../shared/collections (its training split where it has one, else its
+judgments):
+
+| collection | trains on | evaluated on |
+|---|---|---|
+| beir-scifact | queries.train / qrels.train (809) | queries / qrels (test, 300) |
+| beir-arguana | the synthetic queries.train-genq (25,844; 3,000 sampled) | queries / qrels (1,406), identical ids removed |
+| msmarco-passage-trec-dl-pool | DL 2019 (43, grade >= 2) | the same DL 2019 topics, when held out |
+| cacm, cranfield, adi | their topics and qrels | the same, when held out |
+
+Commands (each step a `weir` process; everything under --work, reused when there):
+
+- ``cache``: the backbone's term vectors of every collection, computed once into ``$WEIR_CACHE``;
+- ``loco``: for each collection X, DeepCT and DeepImpact heads trained on every other source, X indexed with them
+  (bm25, deepct, deepimpact), and `weir experiment` on X's evaluation topics (bm25, deepct, deepimpact,
+  deepimpact+bm25; paired t-test against bm25, Holm); ``--shape`` chooses the head shape, ``--tag`` names the
+  variant;
+- ``self``: for the collections given, the leave-one-out sources plus ``--self-supervised X`` (pseudo-queries from X),
+  evaluated the same way, beside the leave-one-out head of X;
+- ``final``: heads trained on every source (the shipped defaults, ``--out-dir``), and SciFact test with them;
+- ``table``: the tables of everything run so far (Markdown).
+
+Usage: python scripts/transfer.py cache|loco|self|final|table [--work WORK] [--shape bm25] [--tag bm25]
+       [--collections a,b] [--epochs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COLLECTIONS = Path(os.environ.get("WEIR_COLLECTIONS", ROOT.parent / "shared" / "collections"))
+SOURCES = {  # collection -> (training topics, training qrels, grade counted relevant, evaluation options)
+    "beir-scifact": ("queries.train.tsv", "qrels.train.txt", 1, []),
+    "beir-arguana": ("queries.train-genq.tsv", "qrels.train-genq.txt", 1, ["--remove-identical"]),
+    "msmarco-passage-trec-dl-pool": ("queries.tsv", "qrels.txt", 2, ["--binary-min-rel", "2"]),
+    "cacm": ("queries.tsv", "qrels.txt", 1, []),
+    "cranfield": ("queries.tsv", "qrels.txt", 1, []),
+    "adi": ("queries.tsv", "qrels.txt", 1, []),
+}
+PIPELINES = "bm25,deepct,deepimpact,deepimpact+bm25"
+WEIR = [sys.executable, "-m", "service.cli"]
+
+
+def run(cmd: list[str], log: Path) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print("$ weir " + " ".join(cmd[3:]), flush=True)
+    with open(log, "a", encoding="utf-8") as f:
+        subprocess.run(cmd, check=True, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+
+
+def source(name: str) -> str:
+    topics, qrels, min_rel, _ = SOURCES[name]
+    c = COLLECTIONS / name
+    return f"{c}:{c / topics}:{c / qrels}:1:{min_rel}"
+
+
+def train(kind: str, out: Path, names: list[str], args, extra: list[str] = ()) -> Path:
+    if (out / "card.json").is_file():
+        return out
+    cmd = WEIR + ["train", kind, "--out", str(out), "--shape", args.shape, "--epochs", str(args.epochs)]
+    for n in names:
+        cmd += ["--train", source(n)]
+    run(cmd + list(extra), out.parent / f"train-{kind}.log")
+    return out
+
+
+def evaluate(name: str, models: dict[str, Path], work: Path) -> dict:
+    """Index ``name`` with these heads and run the experiment; the experiment's record."""
+    index, exp = work / "index", work / "experiment"
+    c = COLLECTIONS / name
+    if not (index / "manifest.json").is_file():
+        run(WEIR + ["index", "build", "--collection", str(c), "--out", str(index), "--with", "bm25,deepct,deepimpact",
+                    "--deepct-model", str(models["deepct"]), "--deepimpact-model", str(models["deepimpact"]),
+                    "--overwrite"], work / "build.log")
+    if not (exp / "results.json").is_file():
+        run(WEIR + ["experiment", "--index", str(index), "--topics", str(c / "queries.tsv"), "--qrels",
+                    str(c / "qrels.txt"), "--pipelines", PIPELINES, "--measures", "nDCG@10,R@100", "--out", str(exp)]
+            + SOURCES[name][3], work / "experiment.log")
+    return json.loads((exp / "results.json").read_text())
+
+
+def cache(args) -> None:
+    sys.path.insert(0, str(ROOT))
+    from indexer.collections import Collection
+    from indexer.weighting.cache import cached_term_vectors
+    from indexer.weighting.model import Backbone
+
+    backbone = Backbone()
+    for name in args.collections:
+        cached_term_vectors(backbone, list(Collection.open(COLLECTIONS / name).corpus()), desc=f"{name} term vectors")
+
+
+def loco(args) -> None:
+    for held in args.collections:
+        work = args.work / f"loco-{args.tag}" / held
+        others = [n for n in SOURCES if n != held]
+        models = {k: train(k, work / k, others, args) for k in ("deepct", "deepimpact")}
+        evaluate(held, models, work)
+
+
+def self_supervised(args) -> None:
+    for held in args.collections:
+        work = args.work / f"self-{args.tag}" / held
+        others = [n for n in SOURCES if n != held]
+        extra = ["--self-supervised", str(COLLECTIONS / held)]
+        models = {k: train(k, work / k, others, args, extra) for k in ("deepct", "deepimpact")}
+        evaluate(held, models, work)
+
+
+def final(args) -> None:
+    out = Path(args.out_dir)
+    models = {k: train(k, out / k, list(SOURCES), args) for k in ("deepct", "deepimpact")}
+    evaluate("beir-scifact", models, args.work / f"final-{args.tag}" / "beir-scifact")
+
+
+def _row(record: dict) -> dict:
+    systems = {s["label"]: s for s in record["systems"]}
+    tests = record["significance"]["results"]["nDCG@10"]
+    base = systems["bm25"]["means"]["nDCG@10"]
+    out = {"bm25": base}
+    for name in PIPELINES.split(",")[1:]:
+        value = systems[name]["means"]["nDCG@10"]
+        t = tests[name]
+        out[name] = (value, (value - base) / base, t["p_holm"], t["significant"])
+    return out
+
+
+def table(args) -> None:
+    print("| collection | variant | bm25 | " + " | ".join(PIPELINES.split(",")[1:]) + " |")
+    print("|---|---|---:|" + "---:|" * 3)
+    for kind in sorted(args.work.glob("*-*")):
+        for held in sorted(kind.iterdir()):
+            results = held / "experiment" / "results.json"
+            if not results.is_file():
+                continue
+            row = _row(json.loads(results.read_text()))
+            cells = []
+            for name in PIPELINES.split(",")[1:]:
+                value, rel, p, sig = row[name]
+                mark = (" ↑" if rel > 0 else " ↓") if sig else ""
+                cells.append(f"{value:.4f} ({rel:+.1%}, p {p:.3f}){mark}")
+            print(f"| {held.name} | {kind.name} | {row['bm25']:.4f} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=("cache", "loco", "self", "final", "table"))
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "transfer")
+    ap.add_argument("--collections", default=",".join(SOURCES))
+    ap.add_argument("--shape", default="bm25", choices=("bm25", "free"))
+    ap.add_argument("--tag", default=None, help="names the variant's directories (default: the shape)")
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--out-dir", default=str(ROOT / "models"), help="final: where the heads go (<dir>/deepct, ...)")
+    args = ap.parse_args()
+    args.collections = [c for c in args.collections.split(",") if c]
+    args.tag = args.tag or args.shape
+    {"cache": cache, "loco": loco, "self": self_supervised, "final": final, "table": table}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
