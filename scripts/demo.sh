@@ -106,18 +106,19 @@ if "$PY" scripts/demo_state.py experiment "$experiment" "$index" "$PIPELINES"; t
   echo "   (the experiment over this index is already there: reused; rm -r $experiment to run it again)"
 else
   weir experiment --index "$index" --topics "$topics" --qrels "$qrels" --pipelines "$PIPELINES" \
-    --measures nDCG@10,R@100 --out "$experiment" "${extra[@]}" 2>&1 | grep -v "^running " || true
+    --measures nDCG@10,R@100 --out "$experiment" "${extra[@]}" > /dev/null
 fi
 cat "$experiment/results.md"
 echo "   runs, per-query values and JSON: $experiment/; the plot: $experiment/effectiveness-latency.png" \
      "and $experiment/effectiveness-index-size.png"
 echo "   $(elapsed)"
 
-echo "== 3. serve $index over gRPC on 127.0.0.1:$PORT, one topic asked of bm25 and of hybrid>>ltr"
+best=$("$PY" scripts/demo_state.py best-reranking "$experiment")
+echo "== 3. serve $index over gRPC on 127.0.0.1:$PORT, one topic asked of bm25 and of $best (the best reranking row)"
 serve_and_wait "$index" --pipelines "$SERVED"
 echo "   serving $(elapsed)"
 "$PY" scripts/demo_compare.py --server "127.0.0.1:$PORT" --experiment "$experiment" --topics "$topics" \
-  --qrels "$qrels" --first bm25 --reranked "hybrid>>ltr" -k 5
+  --qrels "$qrels" --first bm25 --reranked "$best" -k 5
 
 cat <<HOWTO
 == 4. how to call it (reflection and health are on; the contract is proto/weir/v1/search.proto)

@@ -51,8 +51,9 @@ def column(response, relevant: set[str], width: int) -> list[str]:
     lines = []
     for h in response.hits:
         mark = "✓" if h.doc_id in relevant else " "
-        title = (h.title or h.text or "").replace("\n", " ")
-        lines.append(textwrap.shorten(f"{h.rank:>2} {mark} {h.score:8.3f}  {title}", width=width, placeholder="…"))
+        head = f"{h.rank:>2} {mark} {h.score:7.3f}  "
+        title = textwrap.shorten((h.title or h.text or "").replace("\n", " "), width=width - len(head), placeholder="…")
+        lines.append(head + title)
     return lines
 
 

@@ -5,6 +5,8 @@
 - ``cost PATH``: print what each component of the index cost to build, and its size.
 - ``experiment DIR INDEX PIPELINES``: exit 0 when DIR holds a `weir experiment` of these pipelines over this very
   index (its manifest's sha256); 1 otherwise.
+- ``best-reranking DIR``: print the pipeline (without bracketed options) of the experiment's reranking row with the
+  best nDCG@10.
 """
 
 from __future__ import annotations
@@ -63,6 +65,13 @@ def experiment_is(directory: str, index: str, pipelines: str) -> bool:
             and [p["label"] for p in record["config"]["pipelines"]] == wanted)
 
 
+def best_reranking(directory: str) -> None:
+    record = json.loads((Path(directory) / "results.json").read_text(encoding="utf-8"))
+    reranking = [s for s in record["systems"] if ">>" in s.get("pipeline", "")]
+    best = max(reranking, key=lambda s: s["means"]["nDCG@10"])
+    print(best["pipeline"])
+
+
 def main() -> int:
     command, *args = sys.argv[1:]
     if command == "index":
@@ -72,6 +81,9 @@ def main() -> int:
         return 0
     if command == "experiment":
         return 0 if experiment_is(*args) else 1
+    if command == "best-reranking":
+        best_reranking(*args)
+        return 0
     raise SystemExit(f"demo_state: unknown command {command!r}")
 
 
