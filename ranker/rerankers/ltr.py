@@ -54,9 +54,12 @@ def query_groups(qids: Sequence[str]) -> list[int]:
 class LTRModel:
     """A trained LightGBM ranker and the names of the features it reads, in column order."""
 
-    def __init__(self, booster, features: Sequence[str], card: dict | None = None, *, init_from: str | None = None):
+    def __init__(self, booster, features: Sequence[str], card: dict | None = None, *, init_from: str | None = None,
+                 rounds: int | None = None):
         self.booster, self.features, self.card = booster, list(features), card or {}
         self.init_from = init_from  # boosting started from this feature, standardized per query
+        # 0: cross-validation found no trees better than the init feature alone, which is then the model
+        self.rounds = rounds
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LTRModel:
@@ -75,13 +78,16 @@ class LTRModel:
                              f"{len(features)}")
         if meta.get("init_from") and meta["init_from"] not in features:
             raise InputError(f"{path}: init_from {meta['init_from']!r} is not one of its features")
-        return cls(booster, features, card, init_from=meta.get("init_from"))
+        if meta.get("rounds") == 0 and not meta.get("init_from"):
+            raise InputError(f"{path}: a model of 0 rounds needs the init_from feature it stands for")
+        return cls(booster, features, card, init_from=meta.get("init_from"), rounds=meta.get("rounds"))
 
     def save(self, path: str | os.PathLike) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.booster.save_model(str(path / MODEL_FILE), num_iteration=self.booster.best_iteration or None)
-        meta = {"features": self.features, **({"init_from": self.init_from} if self.init_from else {})}
+        meta = {"features": self.features, **({"init_from": self.init_from} if self.init_from else {}),
+                **({"rounds": self.rounds} if self.rounds is not None else {})}
         (path / FEATURES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
         write_card(path, self.card, CARD_FILE)
 
@@ -98,7 +104,10 @@ class LTRModel:
         started from a feature (``init_from``): that feature, standardized per query, is added."""
         if not len(X):
             return np.zeros(0)
-        scores = self.booster.predict(X, num_threads=1 if len(X) < 2000 else 0)
+        if self.rounds == 0:  # the init feature alone
+            scores = np.zeros(len(X))
+        else:
+            scores = self.booster.predict(X, num_threads=1 if len(X) < 2000 else 0)
         if self.init_from:
             if qids is None:
                 raise ValueError("this model boosts from a feature: predict needs the rows' query ids")

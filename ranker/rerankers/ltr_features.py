@@ -44,6 +44,12 @@ FEATURES = (
     "first_score", "first_score_norm", "first_rank", "deepimpact", "deepct", "attention", "attention_norm",
 )
 STAGE_SCORES = ("deepimpact", "deepct", "attention")  # earlier stages' scores taken from Hit.stage_scores
+# features whose direction is known, for monotone constraints: +1 where more means more relevant, -1 where less does
+# (the incoming rank); lengths and the query's own idf statistics have no direction
+DIRECTION = {name: 1 for name in ("bm25", "bm25_norm", "title_bm25", "title_coverage", "dense_cos", "dense_cos_gap",
+                                   "coverage", "idf_coverage", "matched_tf", "min_span", "bigram_match",
+                                   "first_score", "first_score_norm", "deepimpact", "deepct", "attention",
+                                   "attention_norm")} | {"first_rank": -1}
 K1, B = 0.9, 0.4
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ranker.options import PipelineOptions
 from ranker.rerankers.ltr import LTRModel, base_scores, query_groups
-from ranker.rerankers.ltr_features import FEATURES, STAGE_SCORES, FeatureExtractor
+from ranker.rerankers.ltr_features import DIRECTION, FEATURES, STAGE_SCORES, FeatureExtractor
 from ranker.stage import apply_scores
 from ranker.training.common import DataSet, cross_validate, folds_of, split
 from weir.provenance import model_card, sha256_file
@@ -117,13 +117,33 @@ def attach_stage_scores(run: Run, spec: str | None) -> None:
                     h.stage_scores[name] = scores[h.doc_id]
 
 
+def ndcg_at_10(scores: np.ndarray, labels: np.ndarray, groups: Sequence[int]) -> float:
+    """LightGBM's ``ndcg@10`` (gains 2^label - 1, a query without a relevant row counting 1), averaged over the
+    queries: what its validation curve reports, for rows scored otherwise (an init feature alone)."""
+    values, start = [], 0
+    for n in groups:
+        s, y = scores[start:start + n], labels[start:start + n]
+        start += n
+        discount = 1 / np.log2(np.arange(2, min(10, n) + 2))
+        ideal = ((2 ** np.sort(y)[::-1][:10] - 1) * discount).sum()
+        got = ((2 ** y[np.argsort(-s, kind="stable")][:10] - 1) * discount).sum()
+        values.append(got / ideal if ideal > 0 else 1.0)
+    return float(np.mean(values)) if values else float("nan")
+
+
+def monotone_constraints(features: Sequence[str]) -> list[int]:
+    """LightGBM's ``monotone_constraints``: each feature's known direction (:data:`DIRECTION`), 0 where none."""
+    return [DIRECTION.get(f, 0) for f in features]
+
+
 def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
         valid_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]], features: Sequence[str], *,
         params: dict | None = None, rounds: int = 1000, early_stopping: int | None = 50, seed: int = 13,
         threads: int = 0, init_col: int | None = None):
     """Train a lambdarank booster on the concatenated parts, early-stopped on the validation parts' nDCG@10 (with
     ``early_stopping=None``: all ``rounds``, the validation curve returned as ``valid_curve``). With ``init_col``,
-    boosting starts from that feature standardized per query (:func:`base_scores`)."""
+    boosting starts from that feature standardized per query (:func:`base_scores`); ``valid_init`` in the returned
+    info is then the validation nDCG@10 of that feature alone (round 0)."""
     import lightgbm as lgb
 
     def stack(parts):
@@ -159,6 +179,8 @@ def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
             "train_queries": len(train[2]), "valid_queries": len(valid[2]) if valid else 0}
     if early_stopping is None and valid is not None:
         info["valid_curve"] = record["valid"]["ndcg@10"]
+        if init_col is not None:
+            info["valid_init"] = ndcg_at_10(base_scores(valid[0], valid[2], init_col), valid[1], valid[2])
     return booster, info
 
 
@@ -176,14 +198,19 @@ class TrainConfig:
     options: PipelineOptions = field(default_factory=PipelineOptions)  # of the first stages giving candidates
     rounds_by: str = "cv"  # cv: inner cross-validation over the training queries; holdout: early stopping
     init_from: str | None = None  # boost from this feature (standardized per query) instead of from zero
+    monotone: bool = False  # constrain every feature of known direction (DIRECTION) to act in that direction
     inner_folds: int = 4
     binary_min_rel: int = 1
     command: list[str] = field(default_factory=list)
 
 
-def _score(booster, ex: Examples, keep: set[str], init_col: int | None = None) -> dict[str, list[float]]:
+def _score(booster, ex: Examples, keep: set[str], init_col: int | None = None, *,
+           rounds: int | None = None) -> dict[str, list[float]]:
     rows = [i for i, q in enumerate(ex.qids) if q in keep]
-    preds = booster.predict(ex.X[rows], num_iteration=booster.best_iteration or None) if rows else []
+    if rounds == 0:  # the init feature alone
+        preds = np.zeros(len(rows))
+    else:
+        preds = booster.predict(ex.X[rows], num_iteration=booster.best_iteration or None) if rows else []
     base = base_scores(ex.X[rows], query_groups([ex.qids[i] for i in rows]), init_col) if rows else None
     if base is not None:
         preds = preds + base
@@ -195,21 +222,35 @@ def _score(booster, ex: Examples, keep: set[str], init_col: int | None = None) -
 
 def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig, features) -> tuple[int, float]:
     """The number of boosting rounds with the best nDCG@10 averaged over ``config.inner_folds`` folds of the first
-    set's ``main_keep`` queries (each fold's model trained on the rest, plus all of the other sets)."""
-    curves = []
+    set's ``main_keep`` queries (each fold's model trained on the rest, plus all of the other sets). Boosting from an
+    init feature, 0 rounds (the feature alone) is a candidate too, and wins ties: trees must earn their place."""
+    curves, initial = [], []
     others = [ex.select(set(ex.qids)) for ex in data[1:]]
     init_col = _init_col(config, features)
     for inner in folds_of(sorted(main_keep), config.inner_folds, config.seed + 1):
         valid = data[0].select(inner)
         if not valid[2]:
             continue
-        _, info = fit([data[0].select(main_keep - inner), *others], [valid], features, params=config.params,
+        _, info = fit([data[0].select(main_keep - inner), *others], [valid], features, params=_params(config, features),
                       rounds=config.rounds, early_stopping=None, seed=config.seed, init_col=init_col)
         curves.append(info["valid_curve"])
+        if "valid_init" in info:
+            initial.append(info["valid_init"])
     if not curves:
         raise InputError("no inner fold has a query with a relevant candidate")
     mean = np.mean(curves, axis=0)
+    if initial and np.mean(initial) >= mean.max():
+        return 0, float(np.mean(initial))
     return int(np.argmax(mean)) + 1, float(mean.max())
+
+
+def _params(config: TrainConfig, features: Sequence[str]) -> dict:
+    """The LightGBM parameters of a training: the defaults, the user's, and the monotone constraints when asked."""
+    params = dict(config.params)
+    if config.monotone:
+        params.update({"monotone_constraints": monotone_constraints(features),
+                       "monotone_constraints_method": "intermediate"})
+    return params
 
 
 def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, features):
@@ -218,9 +259,10 @@ def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, feat
     if config.rounds_by == "cv":
         rounds, inner = rounds_by_cv(data, main_keep, config, features)
         parts = [data[0].select(main_keep)] + [ex.select(set(ex.qids)) for ex in data[1:]]
-        booster, info = fit(parts, [], features, params=config.params, rounds=rounds, seed=config.seed,
-                            init_col=_init_col(config, features))
-        info.update({"best_iteration": rounds, "inner_cv_ndcg@10": round(inner, 4), "inner_folds": config.inner_folds})
+        booster, info = fit(parts, [], features, params=_params(config, features), rounds=max(rounds, 1),
+                            seed=config.seed, init_col=_init_col(config, features))
+        info.update({"best_iteration": rounds, "rounds": rounds, "inner_cv_ndcg@10": round(inner, 4),
+                     "inner_folds": config.inner_folds})
         return booster, info
     train_parts, valid_parts = [], []
     for j, ex in enumerate(data):
@@ -228,7 +270,7 @@ def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, feat
         tr, va = split(sorted(pool), config.val_fraction, config.seed + j)
         train_parts.append(ex.select(tr))
         valid_parts.append(ex.select(va))
-    return fit(train_parts, valid_parts, features, params=config.params, rounds=config.rounds,
+    return fit(train_parts, valid_parts, features, params=_params(config, features), rounds=config.rounds,
                early_stopping=config.early_stopping, seed=config.seed, init_col=_init_col(config, features))
 
 
@@ -255,8 +297,9 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         "ltr", model="LightGBM lambdarank", features=list(FEATURES), dists=("lightgbm",), command=config.command,
         training_data=[{**asdict(ds), "topics_sha256": sha256_file(ds.topics), "qrels_sha256": sha256_file(ds.qrels),
                         "queries": len(ex.queries), "candidates": len(ex.qids)} for ds, ex in zip(config.sets, data)],
-        parameters={**DEFAULT_PARAMS, **config.params, "rounds": config.rounds, "rounds_by": config.rounds_by,
-                    "inner_folds": config.inner_folds, "init_from": config.init_from,
+        parameters={**DEFAULT_PARAMS, **_params(config, FEATURES), "rounds": config.rounds,
+                    "rounds_by": config.rounds_by, "inner_folds": config.inner_folds, "init_from": config.init_from,
+                    "monotone": config.monotone,
                     "early_stopping": config.early_stopping, "val_fraction": config.val_fraction,
                     "seed": config.seed})
     if config.folds:
@@ -267,7 +310,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
             log(f"  {info['train_queries']} training queries, {rounds_note(info)}")
             queries = [q for q in main.queries if q.id in test]
             candidates = Run({q.id: main.run.get(q.id, [])[:main_ds.depth] for q in queries})
-            return apply_scores(queries, candidates, main_ds.depth, _score(booster, main, test, init_col), "ltr"), info
+            scores = _score(booster, main, test, init_col, rounds=info.get("rounds"))
+            return apply_scores(queries, candidates, main_ds.depth, scores, "ltr"), info
 
         cv_start = time.perf_counter()
         card["metrics"]["cross_validation"] = cross_validate(
@@ -286,7 +330,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     card["timing"] = {"feature_seconds": round(feature_seconds, 2), "final_train_seconds": round(train_seconds, 2),
                       "feature_ms_per_query": round(1000 * sum(ex.feature_seconds for ex in data)
                                                     / max(1, sum(len(ex.queries) for ex in data)), 2)}
-    LTRModel(booster, FEATURES, card, init_from=config.init_from).save(config.out)  # keeps the trees up to the best iteration
+    # keeps the trees up to the best iteration; 0 rounds: the init feature alone
+    LTRModel(booster, FEATURES, card, init_from=config.init_from, rounds=info.get("rounds")).save(config.out)
     log("feature importance (gain share): " + ", ".join(f"{n} {g:.3f}" for n, g in card["importance_gain"].items()))
     return card
 
@@ -294,5 +339,6 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
 def rounds_note(info: dict) -> str:
     """How the number of boosting rounds was chosen, in words."""
     if "inner_cv_ndcg@10" in info:
-        return f"{info['best_iteration']} rounds (inner {info['inner_folds']}-fold CV nDCG@10 {info['inner_cv_ndcg@10']:.4f})"
+        what = f"{info['best_iteration']} rounds" if info["best_iteration"] else "0 rounds (the init feature alone)"
+        return f"{what} (inner {info['inner_folds']}-fold CV nDCG@10 {info['inner_cv_ndcg@10']:.4f})"
     return f"best iteration {info['best_iteration']}, validation nDCG@10 {info['valid_ndcg@10'] or float('nan'):.4f}"

@@ -18,8 +18,6 @@ DL pool); estimators given as model directories, and the untrained ones, are use
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -350,25 +348,3 @@ def sweep(config: SweepConfig, log: Callable[[str], None] = print) -> dict:
     log(f"sweep done in {time.perf_counter() - start:.0f}s: {Path(config.out) / 'sweep.md'}, "
         f"{Path(config.out) / 'sweep.png'}")
     return record
-
-
-def fractions(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(f"--fractions {text!r}: expected numbers such as 0.1,0.25,0.4,0.5") from None
-    return [v for v in values if v != 0.0] if all(math.isfinite(v) for v in values) else []
-
-
-def option_values(items: list[str]) -> dict[str, Any]:
-    """``key=value`` strings -> {key: number or string}."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise InputError(f"--train-option {item!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out

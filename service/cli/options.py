@@ -4,8 +4,12 @@ into typed stage options (:class:`ranker.options.PipelineOptions`) in one place.
 from __future__ import annotations
 
 import argparse
+import json
+import math
+from typing import Any
 
 from ranker.options import PipelineOptions
+from weir.types import InputError
 
 # argparse destination -> pipeline option key (ranker.options.FLAT_KEYS)
 OPTION_KEYS = {"k1": "k1", "b": "b", "fusion": "fusion", "fusion_weights": "fusion_weights",
@@ -60,3 +64,29 @@ def option_values(args: argparse.Namespace) -> dict:
 def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
     """The typed stage options of the parsed command line (raises InputError for a bad value)."""
     return PipelineOptions.from_mapping(option_values(args))
+
+
+def key_values(items: list[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` strings of a repeatable flag -> {key: value}, values read as JSON where they are (numbers,
+    true/false), else kept as text."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"{flag} {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def fractions(text: str, flag: str = "--fractions") -> list[float]:
+    """``0.1,0.25`` -> [0.1, 0.25]."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected numbers such as 0.1,0.25,0.4,0.5") from None
+    if not all(math.isfinite(v) for v in values):
+        raise InputError(f"{flag} {text!r}: expected finite numbers")
+    return [v for v in values if v != 0.0]

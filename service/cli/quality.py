@@ -27,7 +27,8 @@ def cmd_score(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from ranker.training.pruning import SweepConfig, fractions, option_values, sweep
+    from ranker.training.pruning import SweepConfig, sweep
+    from service.cli.options import fractions, key_values
 
     config = SweepConfig(collection=args.collection, topics=args.topics, qrels=args.qrels, out=args.out,
                          estimators=[e.strip() for e in args.estimators.split(",") if e.strip()],
@@ -36,7 +37,7 @@ def cmd_sweep(args) -> int:
                          pipelines=[p.strip() for p in args.pipelines.split(",") if p.strip()],
                          measure=args.measure, k=args.k, binary_min_rel=args.binary_min_rel, margin=args.margin,
                          alpha=args.alpha, cross_fit=args.cross_fit,
-                         train_options=option_values(args.train_option or []),
+                         train_options=key_values(args.train_option or [], "--train-option"),
                          remove_identical=args.remove_identical, reuse_vectors=not args.encode_again,
                          seed=args.seed, device=args.device,
                          command=["weir"] + args.argv)

@@ -35,9 +35,13 @@ def cmd_ltr(args) -> int:
     sets = [main] + [DataSet.parse(text) for text in args.also or []]
     params = {key: getattr(args, key) for key in ("learning_rate", "num_leaves", "min_data_in_leaf")
               if getattr(args, key) is not None}
+    from service.cli.options import key_values
+
+    params.update(key_values(args.param or [], "--param"))
     config = TrainConfig(sets=sets, out=args.out, folds=args.folds, cv_run=args.cv_run, val_fraction=args.val_fraction,
                          seed=args.seed, rounds=args.rounds or (300 if args.rounds_by == "cv" else 1000),
                          rounds_by=args.rounds_by, inner_folds=args.inner_folds, init_from=args.init_from,
+                         monotone=args.monotone,
                          early_stopping=args.early_stopping, params=params,
                          binary_min_rel=args.binary_min_rel, command=["weir"] + args.argv)
     card = train(config, log=lambda m: print(m, file=sys.stderr))
@@ -171,6 +175,10 @@ def _add_ltr(tr) -> None:
                    help="choose the number of rounds by inner cross-validation (cv, default) or early stopping on "
                    "a held-out share of the training queries (holdout)")
     t.add_argument("--inner-folds", type=int, default=4, help="cv: inner folds (default 4)")
+    t.add_argument("--monotone", action="store_true", help="constrain the features of known direction (BM25, "
+                   "coverage, cosine, earlier stages' scores, ...) to act only in that direction")
+    t.add_argument("--param", action="append", metavar="KEY=VALUE", help="a LightGBM parameter, e.g. lambda_l2=10 "
+                   "or max_depth=3 (repeatable)")
     t.add_argument("--init-from", default=None, metavar="FEATURE", help="boost from this feature standardized per "
                    "query (e.g. attention_norm: the trees learn corrections to an earlier stage) instead of from 0")
     t.add_argument("--val-fraction", type=float, default=0.2, help="holdout: training queries held out")

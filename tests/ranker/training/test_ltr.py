@@ -58,3 +58,50 @@ def test_rounds_chosen_by_inner_cross_validation():
     assert rounds == int(np.argmax(mean)) + 1 and best == pytest.approx(mean.max())
     booster, info = _fit_on([ex], keep, config, FEATURES)
     assert booster.current_iteration() == rounds and info["best_iteration"] == rounds
+
+
+def test_our_ndcg_is_lightgbms():
+    """The round-0 figure (an init feature alone) is computed as LightGBM computes its validation nDCG@10."""
+    import lightgbm as lgb
+
+    from ranker.training.ltr import ndcg_at_10
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 3))
+    y = rng.integers(0, 4, size=300).astype(float)
+    groups = [30] * 10
+    params = {"objective": "lambdarank", "metric": "ndcg", "ndcg_eval_at": [10], "verbose": -1, "learning_rate": 1e-12,
+              "label_gain": [float(2 ** i - 1) for i in range(32)], "num_threads": 1}
+    init = X[:, 1].copy()
+    record: dict = {}
+    dtrain = lgb.Dataset(X, y, group=groups, init_score=init)
+    lgb.train(params, dtrain, 1, valid_sets=[lgb.Dataset(X, y, group=groups, init_score=init, reference=dtrain)],
+              valid_names=["v"], callbacks=[lgb.record_evaluation(record)])
+    assert ndcg_at_10(init, y, groups) == pytest.approx(record["v"]["ndcg@10"][0], abs=1e-9)  # one tree at lr 1e-12
+
+
+def test_no_tree_beats_a_strong_init_feature_then_the_model_is_that_feature(tmp_path):
+    """Labels that follow one feature exactly and noise elsewhere: boosting from that feature, inner CV keeps 0
+    rounds, and the saved model ranks exactly by the feature; monotone constraints reach LightGBM."""
+    from ranker.rerankers.ltr import LTRModel
+    from ranker.training.ltr import Examples, TrainConfig, _fit_on, _params, monotone_constraints
+
+    rng = np.random.default_rng(1)
+    n_q, per = 20, 15
+    X = rng.normal(size=(n_q * per, len(FEATURES))).astype(np.float32)
+    col = FEATURES.index("dense_cos")
+    y = np.zeros(len(X), dtype=np.float32)
+    for q in range(n_q):
+        rows = np.arange(q * per, (q + 1) * per)
+        y[rows[np.argsort(-X[rows, col])[:3]]] = [3, 2, 1]  # the feature's top 3 are the relevant ones
+    qids = [f"q{i // per}" for i in range(len(X))]
+    ex = Examples([Query(f"q{i}", "") for i in range(n_q)], Run(), X, y, qids)
+    config = TrainConfig(sets=[], out="", rounds=30, inner_folds=3, seed=2, init_from="dense_cos", monotone=True)
+    assert _params(config, FEATURES)["monotone_constraints"] == monotone_constraints(FEATURES)
+    assert monotone_constraints(FEATURES)[FEATURES.index("first_rank")] == -1
+    booster, info = _fit_on([ex], set(qids), config, FEATURES)
+    assert info["rounds"] == 0 and info["inner_cv_ndcg@10"] == pytest.approx(1.0)
+    LTRModel(booster, FEATURES, {}, init_from="dense_cos", rounds=0).save(tmp_path / "m")
+    model = LTRModel.load(tmp_path / "m")
+    scores = model.predict(X[:per], qids[:per])
+    assert list(np.argsort(-scores)) == list(np.argsort(-X[:per, col]))
