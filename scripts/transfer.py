@@ -79,7 +79,7 @@ def evaluate(name: str, models: dict[str, Path], work: Path) -> dict:
     if not (index / "manifest.json").is_file():
         run(WEIR + ["index", "build", "--collection", str(c), "--out", str(index), "--with", "bm25,deepct,deepimpact",
                     "--deepct-model", str(models["deepct"]), "--deepimpact-model", str(models["deepimpact"]),
-                    "--overwrite"], work / "build.log")
+                    "--overwrite", "--skip-empty"], work / "build.log")
     if not (exp / "results.json").is_file():
         run(WEIR + ["experiment", "--index", str(index), "--topics", str(c / "queries.tsv"), "--qrels",
                     str(c / "qrels.txt"), "--pipelines", PIPELINES, "--measures", "nDCG@10,R@100", "--out", str(exp)]
@@ -95,7 +95,8 @@ def cache(args) -> None:
 
     backbone = Backbone()
     for name in args.collections:
-        cached_term_vectors(backbone, list(Collection.open(COLLECTIONS / name).corpus()), desc=f"{name} term vectors")
+        docs = list(Collection.open(COLLECTIONS / name).corpus(skip_empty=True))  # as training and indexing read it
+        cached_term_vectors(backbone, docs, desc=f"{name} term vectors")
 
 
 def loco(args) -> None:

@@ -52,6 +52,7 @@ class SweepConfig:
     cross_fit: int = 0
     train_options: dict[str, Any] = field(default_factory=dict)  # for cross-fitted estimators (QualityTrainConfig)
     remove_identical: bool = False
+    skip_empty: bool = False  # leave out empty documents instead of failing (as `weir index build --skip-empty`)
     reuse_vectors: bool = True  # pruned indexes copy the unpruned index's dense vectors instead of encoding again
     seed: int = 0
     fold_seed: int = 13
@@ -135,7 +136,7 @@ class Sweep:
 
             dense = DenseConfig(vectors_from=str(self.out / "indexes" / "unpruned"))
         return path, build_index(c.collection, path, components=tuple(c.components), overwrite=True, prune=prune,
-                                 dense=dense, device=c.device)
+                                 dense=dense, device=c.device, skip_empty=c.skip_empty)
 
     def evaluate(self, path: Path, queries: list[Query]) -> dict[str, dict[str, float]]:
         """{pipeline: {qid: measure}} over ``queries``."""

@@ -103,14 +103,14 @@ def _bm25_negatives(spec: TrainingSource, queries: dict[str, str], depth: int, l
 
     with tempfile.TemporaryDirectory(prefix="weir-quality-") as tmp:
         log(f"{spec.collection}: a BM25 index for negatives")
-        build_index(spec.collection, Path(tmp) / "bm25", components=("bm25",))
+        build_index(spec.collection, Path(tmp) / "bm25", components=("bm25",), skip_empty=True)
         run = BM25(Index(Path(tmp) / "bm25")).retrieve([Query(q, t) for q, t in queries.items()], depth)
         return {q: [h.doc_id for h in hits] for q, hits in run.items()}
 
 
 def read_source(spec: TrainingSource, config: QualityTrainConfig, log) -> Source:
     min_rel = spec.min_rel if spec.min_rel is not None else config.min_rel
-    docs = list(Collection.open(spec.collection).corpus())
+    docs = list(Collection.open(spec.collection).corpus(skip_empty=True))  # an empty document is never relevant
     known = {d.id for d in docs}
     topics = {q.id: q.text for q in read_topics(spec.topics)}
     qrels = read_qrels(spec.qrels)

@@ -217,7 +217,7 @@ def bm25_searcher(collection: Collection, index: str | None, log):
         path = Path(index) if index else Path(tmp) / "bm25"
         if not index:
             log(f"{collection.name}: building a BM25 index of the collection")
-            build_bm25(collection.corpus(), path)
+            build_bm25(collection.corpus(skip_empty=True), path)
         elif (path / "manifest.json").is_file():
             path = path / "bm25"
         searcher = LuceneBM25Searcher(path)
@@ -237,7 +237,7 @@ class Source:
         self.judged, self.weight = judged, weight
         self.coll = Collection.open(collection)
         self.name = self.coll.name + ("" if judged else " (self-supervised)")
-        self.docs = list(self.coll.corpus())
+        self.docs = list(self.coll.corpus(skip_empty=True))  # an empty document has no term to weigh
         self.tv = tv = cached_term_vectors(backbone, self.docs, log=log)
         self.stats = TermStatistics(d.contents for d in self.docs)
         self.sm = ScoreMatrix(tv)

@@ -39,6 +39,7 @@ def cmd_sweep(args) -> int:
                          alpha=args.alpha, cross_fit=args.cross_fit,
                          train_options=key_values(args.train_option or [], "--train-option"),
                          remove_identical=args.remove_identical, reuse_vectors=not args.encode_again,
+                         skip_empty=args.skip_empty,
                          seed=args.seed, device=args.device,
                          command=["weir"] + args.argv)
     record = sweep(config, log=lambda m: print(m, file=sys.stderr))
@@ -95,6 +96,7 @@ def add_parsers(sub) -> None:
     w.add_argument("--train-option", action="append", metavar="KEY=VALUE", help="a `weir train quality` setting "
                    "for cross-fitted estimators, e.g. judged_negatives=true, layers=0 (repeatable)")
     w.add_argument("--remove-identical", action="store_true", help="drop hits whose id is the query's (ArguAna)")
+    w.add_argument("--skip-empty", action="store_true", help="leave out empty documents instead of failing")
     w.add_argument("--encode-again", action="store_true", help="encode every pruned index's dense component anew "
                    "(default: copy the unpruned index's vectors of the documents kept; the same vectors, hours less "
                    "on a CPU)")
