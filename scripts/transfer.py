@@ -20,7 +20,11 @@ Commands (each step a `weir` process; everything under --work, reused when there
 - ``self``: for the collections given, the leave-one-out sources plus ``--self-supervised X`` (pseudo-queries from X),
   evaluated the same way, beside the leave-one-out head of X;
 - ``final``: heads trained on every source (the shipped defaults, ``--out-dir``), and SciFact test with them;
-- ``table``: the tables of everything run so far (Markdown).
+- ``table``: the tables of everything run so far (Markdown);
+- ``ltr-loco``: for each collection X, an LTR model trained on the other collections' hybrid top-100 (their
+  training judgments, as above; indexes with bm25 and dense under --indexes), and `weir experiment` of ``hybrid``
+  against ``hybrid>>ltr`` on X; ``--ltr-args`` are the `weir train ltr` options of the variant (``--tag`` names it);
+- ``ltr-final``: that LTR trained on every collection (the shipped default, ``--out-dir``/ltr), and SciFact test.
 
 Usage: python scripts/transfer.py cache|loco|self|final|table [--work WORK] [--shape bm25] [--tag bm25]
        [--collections a,b] [--epochs 10]
@@ -87,6 +91,52 @@ def evaluate(name: str, models: dict[str, Path], work: Path) -> dict:
     return json.loads((exp / "results.json").read_text())
 
 
+LTR_QUERIES = 1000  # training queries per collection at most (ArguAna's synthetic set is 25,844)
+
+
+def ltr_set(name: str, args) -> str:
+    topics, qrels, _, _ = SOURCES[name]
+    c = COLLECTIONS / name
+    return (f"index={args.indexes / name},topics={c / topics},qrels={c / qrels},first_stage=hybrid,depth=100,"
+            f"max_queries={LTR_QUERIES}")
+
+
+def ltr_train(out: Path, names: list[str], args) -> Path:
+    if (out / "model.txt").is_file():
+        return out
+    first, *rest = names
+    topics, qrels, _, _ = SOURCES[first]
+    c = COLLECTIONS / first
+    cmd = WEIR + ["train", "ltr", "--index", str(args.indexes / first), "--topics", str(c / topics), "--qrels",
+                  str(c / qrels), "--first-stage", "hybrid", "--max-queries", str(LTR_QUERIES), "--out", str(out)]
+    for n in rest:
+        cmd += ["--also", ltr_set(n, args)]
+    run(cmd + args.ltr_args.split(), out.parent / "train-ltr.log")
+    return out
+
+
+def ltr_evaluate(name: str, model: Path, work: Path, args) -> dict:
+    exp = work / "experiment"
+    c = COLLECTIONS / name
+    if not (exp / "results.json").is_file():
+        run(WEIR + ["experiment", "--index", str(args.indexes / name), "--topics", str(c / "queries.tsv"), "--qrels",
+                    str(c / "qrels.txt"), "--pipelines", f"hybrid,hybrid>>ltr[ltr_model={model}]",
+                    "--measures", "nDCG@10,R@100", "--out", str(exp)] + SOURCES[name][3], work / "experiment.log")
+    return json.loads((exp / "results.json").read_text())
+
+
+def ltr_loco(args) -> None:
+    for held in args.collections:
+        work = args.work / f"ltr-{args.tag}" / held
+        model = ltr_train(work / "ltr", [n for n in SOURCES if n != held], args)
+        ltr_evaluate(held, model, work, args)
+
+
+def ltr_final(args) -> None:
+    model = ltr_train(Path(args.out_dir) / "ltr", list(SOURCES), args)
+    ltr_evaluate("beir-scifact", model, args.work / f"ltr-final-{args.tag}" / "beir-scifact", args)
+
+
 def cache(args) -> None:
     sys.path.insert(0, str(ROOT))
     from indexer.collections import Collection
@@ -134,10 +184,23 @@ def _row(record: dict) -> dict:
     return out
 
 
+def ltr_table(args) -> None:
+    print("\n| collection | variant | hybrid | hybrid>>ltr | p (Holm) |\n|---|---|---:|---:|---:|")
+    for kind in sorted(args.work.glob("ltr-*")):
+        for held in sorted(kind.iterdir()):
+            results = held / "experiment" / "results.json"
+            if not results.is_file():
+                continue
+            record = json.loads(results.read_text())
+            hybrid, ltr = (s["means"]["nDCG@10"] for s in record["systems"])
+            t = next(iter(record["significance"]["results"]["nDCG@10"].values()))
+            print(f"| {held.name} | {kind.name} | {hybrid:.4f} | {ltr:.4f} ({ltr - hybrid:+.4f}) | {t['p_holm']:.3f} |")
+
+
 def table(args) -> None:
     print("| collection | variant | bm25 | " + " | ".join(PIPELINES.split(",")[1:]) + " |")
     print("|---|---|---:|" + "---:|" * 3)
-    for kind in sorted(args.work.glob("*-*")):
+    for kind in sorted(k for k in args.work.glob("*-*") if not k.name.startswith("ltr-")):
         for held in sorted(kind.iterdir()):
             results = held / "experiment" / "results.json"
             if not results.is_file():
@@ -149,11 +212,15 @@ def table(args) -> None:
                 mark = (" ↑" if rel > 0 else " ↓") if sig else ""
                 cells.append(f"{value:.4f} ({rel:+.1%}, p {p:.3f}){mark}")
             print(f"| {held.name} | {kind.name} | {row['bm25']:.4f} | " + " | ".join(cells) + " |")
+    ltr_table(args)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=("cache", "loco", "self", "final", "table"))
+    ap.add_argument("command", choices=("cache", "loco", "self", "final", "table", "ltr-loco", "ltr-final"))
+    ap.add_argument("--indexes", type=Path, default=ROOT / "indexes", help="ltr: an index (bm25, dense) per "
+                    "collection, named after it")
+    ap.add_argument("--ltr-args", default="", help="ltr: options of `weir train ltr` for the variant")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "transfer")
     ap.add_argument("--collections", default=",".join(SOURCES))
     ap.add_argument("--shape", default="bm25", choices=("bm25", "free"))
@@ -163,7 +230,8 @@ def main() -> None:
     args = ap.parse_args()
     args.collections = [c for c in args.collections.split(",") if c]
     args.tag = args.tag or args.shape
-    {"cache": cache, "loco": loco, "self": self_supervised, "final": final, "table": table}[args.command](args)
+    {"cache": cache, "loco": loco, "self": self_supervised, "final": final, "table": table, "ltr-loco": ltr_loco,
+     "ltr-final": ltr_final}[args.command](args)
 
 
 if __name__ == "__main__":

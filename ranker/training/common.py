@@ -110,7 +110,13 @@ def cross_validate(kind: str, qids: Iterable[str], folds: int, seed: int, fit_an
         log(f"fold {f + 1}/{folds}: training on {len(all_q - test)} queries, scoring {len(test)}")
         run, info = fit_and_score(all_q - test, test)
         scored.update(run)
-        per_fold.append({"fold": f, "test_queries": len(test), **info})
+        fold_qrels = {q: qrels[q] for q in test if q in qrels}
+        fold = {f"{kind}_nDCG@10": evaluate(run, fold_qrels, ["nDCG@10"], binary_min_rel=binary_min_rel)["nDCG@10"],
+                "first_stage_nDCG@10": evaluate(Run({q: first_run.get(q, []) for q in test}), fold_qrels, ["nDCG@10"],
+                                                binary_min_rel=binary_min_rel)["nDCG@10"]}
+        log(f"fold {f + 1}/{folds}: nDCG@10 {fold[f'{kind}_nDCG@10']:.4f} (first stage "
+            f"{fold['first_stage_nDCG@10']:.4f})")
+        per_fold.append({"fold": f, "test_queries": len(test), **fold, **info})
     first = evaluate(first_run, qrels, measures, binary_min_rel=binary_min_rel)
     cv = evaluate(scored, qrels, measures, binary_min_rel=binary_min_rel)
     record = {"folds": folds, "first_stage": first, kind: cv, "per_fold": per_fold}
