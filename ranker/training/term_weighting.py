@@ -378,14 +378,15 @@ class Training:
             taken[si] += 1
         return order
 
-    def end_epoch(self, epoch: int, loss: float, digits: int) -> None:
+    def end_epoch(self, epoch: int, loss: float | None, digits: int) -> None:
         self.head.eval()
         per_source = {s.name: s.validate(self.config.kind, s.weights(self.head, self.config.shape), self.search)[0]
                       for s in self.sources}
         mean = float(np.average([m["nDCG@10"] for m in per_source.values()],
                                 weights=[s.weight for s in self.sources]))
         self.history.append({"epoch": epoch, "loss": loss, "nDCG@10": mean, "sources": per_source})
-        self.log(f"epoch {epoch}: loss {loss:.{digits}f}, validation nDCG@10 {mean:.4f} ("
+        shown = "- (untrained)" if loss is None else f"{loss:.{digits}f}"
+        self.log(f"epoch {epoch}: loss {shown}, validation nDCG@10 {mean:.4f} ("
                  + ", ".join(f"{n} {m['nDCG@10']:.4f}" for n, m in per_source.items()) + ")")
         if mean > self.best:
             self.best, self.best_state = mean, {k: v.clone() for k, v in self.head.state_dict().items()}
@@ -422,7 +423,11 @@ def _scores(t: Training, s: Source, groups: list[list[tuple]]):
 
 
 def _train_ranking(t: Training) -> None:
-    """Softmax cross-entropy over (query, positive, BM25 hard negatives), for DeepImpact and BM25-shaped DeepCT."""
+    """Softmax cross-entropy over (query, positive, BM25 hard negatives), for DeepImpact and BM25-shaped DeepCT.
+
+    The epoch kept is the best by validation nDCG@10 (mean over sources); with the BM25 shape, epoch 0, the untrained
+    head (factor 1: exactly its BM25 baseline), is a candidate too, so a head that never beats its baseline on the
+    validation queries ships as that baseline."""
     import torch
 
     config = t.config
@@ -431,6 +436,9 @@ def _train_ranking(t: Training) -> None:
     if config.kind == "deepct":
         for s in t.sources:
             s.prepare_deepct()
+    if config.shape == "bm25":  # epoch 0, the untrained head, is its BM25 baseline: a candidate that wins ties
+        t.head.eval()
+        t.end_epoch(0, None, 4)
     for epoch in range(1, config.epochs + 1):
         t.head.train()
         order = t.epoch_order()
