@@ -18,7 +18,8 @@ Commands (each step a `weir` process; everything under --work, reused when there
   deepimpact+bm25; paired t-test against bm25, Holm); ``--shape`` chooses the head shape, ``--tag`` names the
   variant;
 - ``self``: for the collections given, the leave-one-out sources plus ``--self-supervised X`` (pseudo-queries from X),
-  evaluated the same way, beside the leave-one-out head of X;
+  evaluated the same way, beside the leave-one-out head of X (``--kinds``: the heads adapted, the others stay the
+  leave-one-out heads);
 - ``final``: heads trained on every source (the shipped defaults, ``--out-dir``), and SciFact test with them;
 - ``table``: the tables of everything run so far (Markdown);
 - ``ltr-loco``: for each collection X, an LTR model trained on the other collections' hybrid top-100 (their
@@ -162,7 +163,10 @@ def self_supervised(args) -> None:
         work = args.work / f"self-{args.tag}" / held
         others = [n for n in SOURCES if n != held]
         extra = ["--self-supervised", str(COLLECTIONS / held)]
-        models = {k: train(k, work / k, others, args, extra) for k in ("deepct", "deepimpact")}
+        loco_head = args.work / f"loco-{args.tag}" / held  # the kinds not adapted stay the leave-one-out heads
+        models = {k: train(k, work / k, others, args, extra) if k in args.kinds else train(k, loco_head / k, others,
+                                                                                          args)
+                  for k in ("deepct", "deepimpact")}
         evaluate(held, models, work)
 
 
@@ -226,9 +230,11 @@ def main() -> None:
     ap.add_argument("--shape", default="bm25", choices=("bm25", "free"))
     ap.add_argument("--tag", default=None, help="names the variant's directories (default: the shape)")
     ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--kinds", default="deepct,deepimpact", help="self: the heads adapted with pseudo-queries")
     ap.add_argument("--out-dir", default=str(ROOT / "models"), help="final: where the heads go (<dir>/deepct, ...)")
     args = ap.parse_args()
     args.collections = [c for c in args.collections.split(",") if c]
+    args.kinds = [k for k in args.kinds.split(",") if k]
     args.tag = args.tag or args.shape
     {"cache": cache, "loco": loco, "self": self_supervised, "final": final, "table": table, "ltr-loco": ltr_loco,
      "ltr-final": ltr_final}[args.command](args)
