@@ -139,11 +139,12 @@ def monotone_constraints(features: Sequence[str]) -> list[int]:
 def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
         valid_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]], features: Sequence[str], *,
         params: dict | None = None, rounds: int = 1000, early_stopping: int | None = 50, seed: int = 13,
-        threads: int = 0, init_col: int | None = None):
+        threads: int = 0, init_col: int | None = None, separate_valid: bool = False):
     """Train a lambdarank booster on the concatenated parts, early-stopped on the validation parts' nDCG@10 (with
     ``early_stopping=None``: all ``rounds``, the validation curve returned as ``valid_curve``). With ``init_col``,
     boosting starts from that feature standardized per query (:func:`base_scores`); ``valid_init`` in the returned
-    info is then the validation nDCG@10 of that feature alone (round 0)."""
+    info is then the validation nDCG@10 of that feature alone (round 0). ``separate_valid``: each validation part is
+    scored alone (``valid_curves``, ``valid_inits``: one per non-empty part, in order), never early-stopped."""
     import lightgbm as lgb
 
     def stack(parts):
@@ -164,6 +165,20 @@ def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
     valid = stack(valid_parts)
     callbacks = [lgb.log_evaluation(0)]
     sets, names = [], []
+    if separate_valid:
+        parts = [p for p in valid_parts if p[2]]
+        sets = [lgb.Dataset(p[0], p[1], group=p[2], reference=dtrain, init_score=base_scores(p[0], p[2], init_col))
+                for p in parts]
+        names = [f"valid{i}" for i in range(len(parts))]
+        record: dict = {}
+        booster = lgb.train(params, dtrain, num_boost_round=rounds, valid_sets=sets, valid_names=names,
+                            callbacks=callbacks + [lgb.record_evaluation(record)])
+        info = {"best_iteration": booster.current_iteration(), "train_queries": len(train[2]),
+                "valid_queries": sum(len(p[2]) for p in parts),
+                "valid_curves": [record[n]["ndcg@10"] for n in names]}
+        if init_col is not None:
+            info["valid_inits"] = [ndcg_at_10(base_scores(p[0], p[2], init_col), p[1], p[2]) for p in parts]
+        return booster, info
     if valid is not None:
         sets, names = [lgb.Dataset(valid[0], valid[1], group=valid[2], reference=dtrain,
                                    init_score=base_scores(valid[0], valid[2], init_col))], ["valid"]
@@ -197,6 +212,7 @@ class TrainConfig:
     params: dict = field(default_factory=dict)
     options: PipelineOptions = field(default_factory=PipelineOptions)  # of the first stages giving candidates
     rounds_by: str = "cv"  # cv: inner cross-validation over the training queries; holdout: early stopping
+    rounds_rule: str = "1se"  # cv: the fewest rounds within one standard error of the best (1se), or the best
     init_from: str | None = None  # boost from this feature (standardized per query) instead of from zero
     monotone: bool = False  # constrain every feature of known direction (DIRECTION) to act in that direction
     inner_folds: int = 4
@@ -220,28 +236,46 @@ def _score(booster, ex: Examples, keep: set[str], init_col: int | None = None, *
     return out
 
 
-def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig, features) -> tuple[int, float]:
-    """The number of boosting rounds with the best nDCG@10 averaged over ``config.inner_folds`` folds of the first
-    set's ``main_keep`` queries (each fold's model trained on the rest, plus all of the other sets). Boosting from an
-    init feature, 0 rounds (the feature alone) is a candidate too, and wins ties: trees must earn their place."""
-    curves, initial = [], []
-    others = [ex.select(set(ex.qids)) for ex in data[1:]]
+ROUNDS_RULES = ("1se", "best")
+
+
+def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig, features) -> tuple[int, float, dict]:
+    """The number of boosting rounds, by inner cross-validation: every set's training queries (the first set's:
+    ``main_keep``) are split into ``config.inner_folds`` folds; the model of inner fold k trains on the other folds of
+    every set and is scored on fold k of each set, the sets counting equally (a collection of 35 queries weighs as
+    much as one of 1,000: the model is meant to carry over to each). Boosting from an init feature, 0 rounds (the
+    feature alone) is a candidate too. ``config.rounds_rule`` ``"best"``: the rounds of the best mean nDCG@10;
+    ``"1se"``: the fewest rounds whose mean is within one standard error (over the inner folds) of the best (the
+    one-standard-error rule, Hastie, Tibshirani and Friedman, *The Elements of Statistical Learning*, 7.10), so trees
+    must beat the feature alone by more than the folds disagree. Returns (rounds, their mean, the details)."""
     init_col = _init_col(config, features)
-    for inner in folds_of(sorted(main_keep), config.inner_folds, config.seed + 1):
-        valid = data[0].select(inner)
-        if not valid[2]:
+    pools = [sorted(main_keep)] + [sorted(set(ex.qids)) for ex in data[1:]]
+    folds = [folds_of(pool, config.inner_folds, config.seed + 1 + j) for j, pool in enumerate(pools)]
+    rows = []  # per inner fold: [round 0 (with an init feature), round 1, ...], the mean over the sets scored
+    for k in range(config.inner_folds):
+        train_parts = [ex.select(set(pool) - folds[j][k]) for j, (ex, pool) in enumerate(zip(data, pools))]
+        valid_parts = [ex.select(folds[j][k]) for j, ex in enumerate(data)]
+        if not any(p[2] for p in valid_parts):
             continue
-        _, info = fit([data[0].select(main_keep - inner), *others], [valid], features, params=_params(config, features),
-                      rounds=config.rounds, early_stopping=None, seed=config.seed, init_col=init_col)
-        curves.append(info["valid_curve"])
-        if "valid_init" in info:
-            initial.append(info["valid_init"])
-    if not curves:
+        _, info = fit(train_parts, valid_parts, features, params=_params(config, features), rounds=config.rounds,
+                      early_stopping=None, seed=config.seed, init_col=init_col, separate_valid=True)
+        curve = np.mean(info["valid_curves"], axis=0)
+        rows.append(np.concatenate([[np.mean(info["valid_inits"])], curve]) if init_col is not None else curve)
+    if not rows:
         raise InputError("no inner fold has a query with a relevant candidate")
-    mean = np.mean(curves, axis=0)
-    if initial and np.mean(initial) >= mean.max():
-        return 0, float(np.mean(initial))
-    return int(np.argmax(mean)) + 1, float(mean.max())
+    table = np.array(rows)
+    first = 0 if init_col is not None else 1  # the rounds of column 0
+    mean = table.mean(axis=0)
+    best = int(np.argmax(mean))  # the first maximum: ties go to fewer rounds
+    se = float(table[:, best].std(ddof=1) / np.sqrt(len(table))) if len(table) > 1 else 0.0
+    chosen = best
+    if config.rounds_rule == "1se":
+        chosen = int(np.flatnonzero(mean >= mean[best] - se)[0])
+    detail = {"rule": config.rounds_rule, "best_rounds": best + first, "best_inner_ndcg@10": round(float(mean[best]), 4),
+              "standard_error": round(se, 4), "sets_scored": len(data)}
+    if init_col is not None:
+        detail["init_inner_ndcg@10"] = round(float(mean[0]), 4)
+    return chosen + first, float(mean[chosen]), detail
 
 
 def _params(config: TrainConfig, features: Sequence[str]) -> dict:
@@ -257,12 +291,14 @@ def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, feat
     """Fit on ``main_keep`` queries of the first set plus all of the others. The number of rounds comes from inner
     cross-validation (``rounds_by="cv"``) or from early stopping on a held-out share of each set (``"holdout"``)."""
     if config.rounds_by == "cv":
-        rounds, inner = rounds_by_cv(data, main_keep, config, features)
+        if config.rounds_rule not in ROUNDS_RULES:
+            raise InputError(f"unknown rounds rule {config.rounds_rule!r}; known: {', '.join(ROUNDS_RULES)}")
+        rounds, inner, detail = rounds_by_cv(data, main_keep, config, features)
         parts = [data[0].select(main_keep)] + [ex.select(set(ex.qids)) for ex in data[1:]]
         booster, info = fit(parts, [], features, params=_params(config, features), rounds=max(rounds, 1),
                             seed=config.seed, init_col=_init_col(config, features))
         info.update({"best_iteration": rounds, "rounds": rounds, "inner_cv_ndcg@10": round(inner, 4),
-                     "inner_folds": config.inner_folds})
+                     "inner_folds": config.inner_folds, "inner_cv": detail})
         return booster, info
     train_parts, valid_parts = [], []
     for j, ex in enumerate(data):
@@ -298,7 +334,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         training_data=[{**asdict(ds), "topics_sha256": sha256_file(ds.topics), "qrels_sha256": sha256_file(ds.qrels),
                         "queries": len(ex.queries), "candidates": len(ex.qids)} for ds, ex in zip(config.sets, data)],
         parameters={**DEFAULT_PARAMS, **_params(config, FEATURES), "rounds": config.rounds,
-                    "rounds_by": config.rounds_by, "inner_folds": config.inner_folds, "init_from": config.init_from,
+                    "rounds_by": config.rounds_by, "rounds_rule": config.rounds_rule,
+                    "inner_folds": config.inner_folds, "init_from": config.init_from,
                     "monotone": config.monotone,
                     "early_stopping": config.early_stopping, "val_fraction": config.val_fraction,
                     "seed": config.seed})
@@ -340,5 +377,9 @@ def rounds_note(info: dict) -> str:
     """How the number of boosting rounds was chosen, in words."""
     if "inner_cv_ndcg@10" in info:
         what = f"{info['best_iteration']} rounds" if info["best_iteration"] else "0 rounds (the init feature alone)"
-        return f"{what} (inner {info['inner_folds']}-fold CV nDCG@10 {info['inner_cv_ndcg@10']:.4f})"
+        d = info.get("inner_cv", {})
+        why = ""
+        if d.get("rule") == "1se" and d["best_rounds"] != info["best_iteration"]:
+            why = f"; best {d['best_rounds']} rounds {d['best_inner_ndcg@10']:.4f}, one standard error {d['standard_error']:.4f}"
+        return f"{what} (inner {info['inner_folds']}-fold CV nDCG@10 {info['inner_cv_ndcg@10']:.4f}{why})"
     return f"best iteration {info['best_iteration']}, validation nDCG@10 {info['valid_ndcg@10'] or float('nan'):.4f}"

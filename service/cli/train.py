@@ -40,7 +40,7 @@ def cmd_ltr(args) -> int:
     params.update(key_values(args.param or [], "--param"))
     config = TrainConfig(sets=sets, out=args.out, folds=args.folds, cv_run=args.cv_run, val_fraction=args.val_fraction,
                          seed=args.seed, rounds=args.rounds or (300 if args.rounds_by == "cv" else 1000),
-                         rounds_by=args.rounds_by, inner_folds=args.inner_folds, init_from=args.init_from,
+                         rounds_by=args.rounds_by, rounds_rule=args.rounds_rule, inner_folds=args.inner_folds, init_from=args.init_from,
                          monotone=args.monotone,
                          early_stopping=args.early_stopping, params=params,
                          binary_min_rel=args.binary_min_rel, command=["weir"] + args.argv)
@@ -151,8 +151,8 @@ def _add_ltr(tr) -> None:
     t = tr.add_parser("ltr", help="LightGBM lambdarank over lexical, dense and first-stage features",
                       description="Train a LightGBM lambdarank reranker. Candidates: --candidates RUN, else the "
                       "--first-stage pipeline over --index (top --train-depth). The number of boosting rounds is "
-                      "chosen by nDCG@10 in an inner cross-validation over the training queries (--rounds-by cv, "
-                      "default; robust with few queries), or by early stopping on a held-out share (holdout); "
+                      "chosen by nDCG@10 in an inner cross-validation over the training queries of every set (--rounds-by "
+                      "cv, default; robust with few queries; --rounds-rule), or by early stopping on a held-out share (holdout); "
                       "--folds K also writes a K-fold cross-validated run of the --topics queries (--cv-run). "
                       "Writes model.txt, features.json and card.json to --out.")
     t.add_argument("--index", required=True, help="index directory (bm25, and dense for the cosine feature)")
@@ -174,7 +174,12 @@ def _add_ltr(tr) -> None:
     t.add_argument("--rounds-by", choices=("cv", "holdout"), default="cv",
                    help="choose the number of rounds by inner cross-validation (cv, default) or early stopping on "
                    "a held-out share of the training queries (holdout)")
-    t.add_argument("--inner-folds", type=int, default=4, help="cv: inner folds (default 4)")
+    t.add_argument("--inner-folds", type=int, default=4, help="cv: inner folds of every training set (default 4; "
+                   "each set counts equally in the inner score)")
+    t.add_argument("--rounds-rule", choices=("1se", "best"), default="1se",
+                   help="cv: the fewest rounds within one standard error of the best inner score (1se, default: "
+                   "trees, and with --init-from any tree at all, must beat the simpler model by more than the inner "
+                   "folds disagree), or the best (best)")
     t.add_argument("--monotone", action="store_true", help="constrain the features of known direction (BM25, "
                    "coverage, cosine, earlier stages' scores, ...) to act only in that direction")
     t.add_argument("--param", action="append", metavar="KEY=VALUE", help="a LightGBM parameter, e.g. lambda_l2=10 "

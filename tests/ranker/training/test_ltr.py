@@ -1,5 +1,5 @@
 """LTR training: earlier stages' scores from run files become features; the number of rounds is chosen by inner
-cross-validation."""
+cross-validation over every set (the best rounds, or the fewest within one standard error)."""
 
 from __future__ import annotations
 
@@ -28,36 +28,75 @@ def test_stage_run_scores_become_features(tiny_index, tmp_path):
         attach_stage_scores(run, "nonsense")
 
 
-def test_rounds_chosen_by_inner_cross_validation():
-    """--rounds-by cv: the number of rounds maximizes the mean inner-fold validation nDCG@10 curve, and the final
-    model is trained on every training query with that many rounds."""
+def _examples(seed: int, n_q: int, per: int = 20, prefix: str = "q"):
+    from ranker.training.ltr import Examples
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_q * per, len(FEATURES))).astype(np.float32)
+    y = np.clip(np.round(X[:, 0] + 0.8 * rng.normal(size=len(X))), 0, 3).astype(np.float32)
+    qids = [f"{prefix}{i // per}" for i in range(len(X))]
+    return Examples([Query(f"{prefix}{i}", "") for i in range(n_q)], Run(), X, y, qids)
+
+
+def _inner_table(sets, folds: int, seed: int, rounds: int) -> np.ndarray:
+    """The inner-fold x round table of mean nDCG@10 over the sets, computed here with LightGBM directly."""
     import lightgbm as lgb
 
     from ranker.training.common import folds_of
-    from ranker.training.ltr import DEFAULT_PARAMS, Examples, TrainConfig, _fit_on, rounds_by_cv
+    from ranker.training.ltr import DEFAULT_PARAMS
 
-    rng = np.random.default_rng(3)
-    n_q, per = 24, 20
-    X = rng.normal(size=(n_q * per, len(FEATURES))).astype(np.float32)
-    y = np.clip(np.round(X[:, 0] + 0.8 * rng.normal(size=len(X))), 0, 3).astype(np.float32)
-    qids = [f"q{i // per}" for i in range(len(X))]
-    ex = Examples([Query(f"q{i}", "") for i in range(n_q)], Run(), X, y, qids)
-    config = TrainConfig(sets=[], out="", rounds=40, inner_folds=3, seed=5)
-    keep = set(qids)
-    rounds, best = rounds_by_cv([ex], keep, config, FEATURES)
-    curves = []
-    for inner in folds_of(sorted(keep), 3, 6):
-        tr, va = ex.select(keep - inner), ex.select(inner)
-        params = {**DEFAULT_PARAMS, "seed": 5, "label_gain": [float(2 ** i - 1) for i in range(32)]}
-        dtrain = lgb.Dataset(tr[0], tr[1], group=tr[2], feature_name=list(FEATURES))
+    split = [folds_of(sorted(set(ex.qids)), folds, seed + 1 + j) for j, ex in enumerate(sets)]
+    rows = []
+    for k in range(folds):
+        parts = [(ex.select(set(ex.qids) - split[j][k]), ex.select(split[j][k])) for j, ex in enumerate(sets)]
+        X = np.concatenate([tr[0] for tr, _ in parts])
+        y = np.concatenate([tr[1] for tr, _ in parts])
+        dtrain = lgb.Dataset(X, y, group=[g for tr, _ in parts for g in tr[2]], feature_name=list(FEATURES))
+        params = {**DEFAULT_PARAMS, "seed": seed, "label_gain": [float(2 ** i - 1) for i in range(32)]}
         record: dict = {}
-        lgb.train(params, dtrain, 40, valid_sets=[lgb.Dataset(va[0], va[1], group=va[2], reference=dtrain)],
-                  valid_names=["valid"], callbacks=[lgb.record_evaluation(record)])
-        curves.append(record["valid"]["ndcg@10"])
-    mean = np.mean(curves, axis=0)
-    assert rounds == int(np.argmax(mean)) + 1 and best == pytest.approx(mean.max())
-    booster, info = _fit_on([ex], keep, config, FEATURES)
+        lgb.train(params, dtrain, rounds, valid_sets=[lgb.Dataset(va[0], va[1], group=va[2], reference=dtrain)
+                                                      for _, va in parts],
+                  valid_names=[f"v{j}" for j in range(len(parts))], callbacks=[lgb.record_evaluation(record)])
+        rows.append(np.mean([record[f"v{j}"]["ndcg@10"] for j in range(len(parts))], axis=0))
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("rule", ["best", "1se"])
+def test_rounds_chosen_by_inner_cross_validation(rule):
+    """--rounds-by cv: every set is split into inner folds, each fold scored on every set (the sets counting equally);
+    ``best`` takes the rounds of the best mean curve, ``1se`` the fewest rounds within one standard error (over the
+    folds) of it; the final model is trained on every training query with that many rounds."""
+    from ranker.training.ltr import TrainConfig, _fit_on, rounds_by_cv
+
+    sets = [_examples(3, 24), _examples(4, 9, prefix="small")]
+    config = TrainConfig(sets=[], out="", rounds=40, inner_folds=3, seed=5, rounds_rule=rule)
+    keep = set(sets[0].qids)
+    rounds, value, detail = rounds_by_cv(sets, keep, config, FEATURES)
+    table = _inner_table(sets, 3, 5, 40)
+    mean = table.mean(axis=0)
+    best = int(np.argmax(mean))
+    se = table[:, best].std(ddof=1) / np.sqrt(3)
+    expected = best if rule == "best" else int(np.flatnonzero(mean >= mean[best] - se)[0])
+    assert rounds == expected + 1 and value == pytest.approx(mean[expected])
+    assert detail["best_rounds"] == best + 1 and detail["standard_error"] == pytest.approx(se, abs=1e-4)
+    booster, info = _fit_on(sets, keep, config, FEATURES)
     assert booster.current_iteration() == rounds and info["best_iteration"] == rounds
+
+
+def test_one_standard_error_rule_keeps_a_strong_init_feature_alone():
+    """Boosting from a feature that already ranks by the labels' source, trees gain less than the folds' noise: the
+    one-standard-error rule keeps 0 rounds (the feature alone), where ``best`` takes trees."""
+    from ranker.training.ltr import TrainConfig, rounds_by_cv
+
+    ex = _examples(7, 30)
+    ex.X[:, FEATURES.index("first_score_norm")] = ex.X[:, 0]
+    chosen = {}
+    for rule in ("best", "1se"):
+        config = TrainConfig(sets=[], out="", rounds=30, inner_folds=4, seed=5, init_from="first_score_norm",
+                             rounds_rule=rule)
+        chosen[rule], value, detail = rounds_by_cv([ex], set(ex.qids), config, FEATURES)
+    assert chosen["best"] > 0 and detail["best_inner_ndcg@10"] - detail["init_inner_ndcg@10"] < detail["standard_error"]
+    assert chosen["1se"] == 0 and value == pytest.approx(detail["init_inner_ndcg@10"], abs=1e-4)
 
 
 def test_our_ndcg_is_lightgbms():
