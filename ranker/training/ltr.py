@@ -236,7 +236,7 @@ def _score(booster, ex: Examples, keep: set[str], init_col: int | None = None, *
     return out
 
 
-ROUNDS_RULES = ("1se", "best")
+ROUNDS_RULES = ("1se", "1se-paired", "best")
 
 
 def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig, features) -> tuple[int, float, dict]:
@@ -247,7 +247,10 @@ def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig,
     feature alone) is a candidate too. ``config.rounds_rule`` ``"best"``: the rounds of the best mean nDCG@10;
     ``"1se"``: the fewest rounds whose mean is within one standard error (over the inner folds) of the best (the
     one-standard-error rule, Hastie, Tibshirani and Friedman, *The Elements of Statistical Learning*, 7.10), so trees
-    must beat the feature alone by more than the folds disagree. Returns (rounds, their mean, the details)."""
+    must beat the feature alone by more than the folds disagree; ``"1se-paired"``: the fewest rounds whose shortfall
+    from the best, fold by fold, is within one standard error of that paired difference (the folds' common level of
+    difficulty cancels, so a gain the folds agree on counts even where it is smaller than their spread). Returns
+    (rounds, their mean, the details)."""
     init_col = _init_col(config, features)
     pools = [sorted(main_keep)] + [sorted(set(ex.qids)) for ex in data[1:]]
     folds = [folds_of(pool, config.inner_folds, config.seed + 1 + j) for j, pool in enumerate(pools)]
@@ -271,6 +274,11 @@ def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig,
     chosen = best
     if config.rounds_rule == "1se":
         chosen = int(np.flatnonzero(mean >= mean[best] - se)[0])
+    elif config.rounds_rule == "1se-paired" and len(table) > 1:
+        shortfall = table[:, [best]] - table  # (folds, rounds): how far each candidate is below the best, per fold
+        paired_se = shortfall.std(axis=0, ddof=1) / np.sqrt(len(table))
+        chosen = int(np.flatnonzero(shortfall.mean(axis=0) <= paired_se)[0])
+        se = float(paired_se[chosen])
     detail = {"rule": config.rounds_rule, "best_rounds": best + first, "best_inner_ndcg@10": round(float(mean[best]), 4),
               "standard_error": round(se, 4), "sets_scored": len(data)}
     if init_col is not None:

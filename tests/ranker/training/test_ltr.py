@@ -61,11 +61,11 @@ def _inner_table(sets, folds: int, seed: int, rounds: int) -> np.ndarray:
     return np.array(rows)
 
 
-@pytest.mark.parametrize("rule", ["best", "1se"])
+@pytest.mark.parametrize("rule", ["best", "1se", "1se-paired"])
 def test_rounds_chosen_by_inner_cross_validation(rule):
     """--rounds-by cv: every set is split into inner folds, each fold scored on every set (the sets counting equally);
     ``best`` takes the rounds of the best mean curve, ``1se`` the fewest rounds within one standard error (over the
-    folds) of it; the final model is trained on every training query with that many rounds."""
+    folds) of it, ``1se-paired`` the fewest whose fold-by-fold shortfall is within its own standard error; the final model is trained on every training query with that many rounds."""
     from ranker.training.ltr import TrainConfig, _fit_on, rounds_by_cv
 
     sets = [_examples(3, 24), _examples(4, 9, prefix="small")]
@@ -76,9 +76,13 @@ def test_rounds_chosen_by_inner_cross_validation(rule):
     mean = table.mean(axis=0)
     best = int(np.argmax(mean))
     se = table[:, best].std(ddof=1) / np.sqrt(3)
-    expected = best if rule == "best" else int(np.flatnonzero(mean >= mean[best] - se)[0])
+    shortfall = table[:, [best]] - table
+    paired_se = shortfall.std(axis=0, ddof=1) / np.sqrt(3)
+    expected = {"best": best, "1se": int(np.flatnonzero(mean >= mean[best] - se)[0]),
+                "1se-paired": int(np.flatnonzero(shortfall.mean(axis=0) <= paired_se)[0])}[rule]
     assert rounds == expected + 1 and value == pytest.approx(mean[expected])
-    assert detail["best_rounds"] == best + 1 and detail["standard_error"] == pytest.approx(se, abs=1e-4)
+    reported = paired_se[expected] if rule == "1se-paired" else se
+    assert detail["best_rounds"] == best + 1 and detail["standard_error"] == pytest.approx(reported, abs=1e-4)
     booster, info = _fit_on(sets, keep, config, FEATURES)
     assert booster.current_iteration() == rounds and info["best_iteration"] == rounds
 
