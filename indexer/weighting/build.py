@@ -23,10 +23,11 @@ import numpy as np
 from tqdm import tqdm
 
 from indexer.lucene import index_pretokenized
+from indexer.weighting.terms import counts_query_terms
 from weir.runtime import shipped_model
 from weir.types import Document
 
-DEFAULT_MODELS = {"deepct": "deepct-scifact", "deepimpact": "deepimpact-scifact"}  # under models/
+DEFAULT_MODELS = {"deepct": "deepct", "deepimpact": "deepimpact"}  # under models/ (the BM25-shaped, multi-collection heads)
 TF_SCALE = 100
 QUANT_BITS = 8
 BATCH = 256
@@ -148,4 +149,5 @@ def build_deepimpact(documents: Iterable[Document], out: Path, options: dict) ->
                 "quantization": {"bits": QUANT_BITS, "max_impact": max_impact, "scale": scale,
                                  "formula": "ceil(impact * 2**8 / max_impact); 0 dropped"},
                 "analyzer": "whitespace (-impact -pretokenized); terms from indexer.weighting.terms",
-                "query_weights": "1 per unique query term", "docid_table": "docids.txt"}}
+                "query_weights": ("each query term's count" if counts_query_terms("deepimpact", model.get("shape"))
+                                  else "1 per unique query term"), "docid_table": "docids.txt"}}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import Counter
 
 _WORD = re.compile(r"[^\W_]+")
 _cache: dict[str, tuple[str, ...]] = {}
@@ -66,3 +67,15 @@ def terms(text: str) -> list[str]:
 def unique_terms(text: str) -> list[str]:
     """The distinct terms of ``text`` in order of first occurrence: a query's terms (each with weight 1)."""
     return list(dict.fromkeys(terms(text)))
+
+
+def query_weights(text: str, counts: bool) -> dict[str, int]:
+    """A query's term weights: each term's count in the query (BM25's bag of words, as Lucene scores a boolean query
+    of term queries with repeats) or 1 per unique term (the published DeepImpact)."""
+    return dict(Counter(terms(text))) if counts else dict.fromkeys(terms(text), 1)
+
+
+def counts_query_terms(kind: str, shape: str | None) -> bool:
+    """Whether a head's queries weigh each term by its count: DeepCT always (BM25 over pseudo-documents); DeepImpact
+    when BM25-shaped (its untrained head is then exactly BM25, long queries included), else 1 per unique term."""
+    return kind == "deepct" or shape == "bm25"

@@ -8,27 +8,28 @@ that Lucene gives the same boolean query of term queries:
 - ``deepct``: BM25 (default k1=10, b=0.9, the DeepCT paper's) over the pseudo-documents, each query term once per
   occurrence in the query (Anserini's bag of words);
 - ``deepimpact``: Anserini's ``ImpactSimilarity`` (score = stored term frequency x query weight) with weight 1 per
-  unique query term, so a document's score is the sum of the quantized impacts of its terms that the query has.
+  unique query term, so a document's score is the sum of the quantized impacts of its terms that the query has; a
+  BM25-shaped head's queries weigh each term by its count instead, as BM25 does (its untrained head is then BM25).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
 from indexer.index_dir import Index
-from indexer.weighting.terms import terms as text_terms
+from indexer.weighting.terms import counts_query_terms, query_weights
 from ranker.retrievers.inverted import BM25Scores, ImpactScores, InvertedIndex, SparseRetriever, TermScores
 
 
 def deepct_query(text: str) -> dict[str, float]:
     """Each term weighted by its count in the query (Anserini's bag of words)."""
-    return dict(Counter(text_terms(text)))
+    return query_weights(text, counts=True)
 
 
-def impact_query(text: str) -> dict[str, float]:
-    """Weight 1 (an integer, as impact search needs) per unique query term."""
-    return dict.fromkeys(text_terms(text), 1)
+def impact_query(text: str, counts: bool = False) -> dict[str, float]:
+    """Integer weights, as impact search needs: 1 per unique query term (the published DeepImpact), or each term's
+    count in the query (a BM25-shaped head, whose untrained form is then exactly BM25)."""
+    return query_weights(text, counts)
 
 
 class _TermRetriever(SparseRetriever):
@@ -71,15 +72,18 @@ class DeepCTRetriever(_TermRetriever):
 
 
 class ImpactRetriever(_TermRetriever):
-    """Sum of the quantized impacts of the document terms the query has (weight 1 per unique query term)."""
+    """Sum of the quantized impacts of the document terms the query has (weight 1 per unique query term; a BM25-shaped
+    head's: each term's count in the query)."""
 
     component = "deepimpact"
 
     def __init__(self, index: Index):
         super().__init__(index, ImpactScores)
+        self.counts = counts_query_terms("deepimpact", (self.model_card or {}).get("shape"))
 
     def describe(self) -> dict:
-        return {**super().describe(), "quantization": self.parameters.get("quantization")}
+        return {**super().describe(), "quantization": self.parameters.get("quantization"),
+                "query_weights": "count" if self.counts else "unique"}
 
     def query(self, text: str) -> dict[str, float]:
-        return impact_query(text)
+        return impact_query(text, self.counts)

@@ -212,7 +212,7 @@ class TrainConfig:
     params: dict = field(default_factory=dict)
     options: PipelineOptions = field(default_factory=PipelineOptions)  # of the first stages giving candidates
     rounds_by: str = "cv"  # cv: inner cross-validation over the training queries; holdout: early stopping
-    rounds_rule: str = "1se"  # cv: the fewest rounds within one standard error of the best (1se), or the best
+    rounds_rule: str = "1se-paired"  # cv: the fewest rounds within one (paired) standard error of the best, or best
     init_from: str | None = None  # boost from this feature (standardized per query) instead of from zero
     monotone: bool = False  # constrain every feature of known direction (DIRECTION) to act in that direction
     inner_folds: int = 4

@@ -57,8 +57,8 @@ from indexer.weighting.model import (
     make_head,
     save,
 )
+from indexer.weighting.terms import counts_query_terms, query_weights, unique_terms
 from indexer.weighting.terms import terms as text_terms
-from indexer.weighting.terms import unique_terms
 from ranker.evaluation.measures import evaluate
 from ranker.training.common import TrainingSource
 from ranker.training.fusion import interpolation_weight
@@ -134,17 +134,20 @@ class ScoreMatrix:
     def matrix(self, values: np.ndarray):
         return self._sp.csr_matrix((values, (self.rows, self.cols)), shape=self.shape)
 
-    def query_matrix(self, texts: list[str]):
-        qr, qc = [], []
+    def query_matrix(self, texts: list[str], counts: bool = False):
+        """Queries x terms: each term's count in the query, or 1 per unique term (as the index searches them)."""
+        qr, qc, qv = [], [], []
         for i, text in enumerate(texts):
-            for t in unique_terms(text):
+            for t, w in query_weights(text, counts).items():
                 if t in self.vocab:
                     qr.append(i)
                     qc.append(self.vocab[t])
-        return self._sp.csr_matrix((np.ones(len(qr)), (qr, qc)), shape=(len(texts), self.shape[1]))
+                    qv.append(w)
+        return self._sp.csr_matrix((np.asarray(qv, dtype=np.float64), (qr, qc)), shape=(len(texts), self.shape[1]))
 
-    def run(self, doc_term, qids: list[str], texts: list[str], k: int = 1000, name: str = "score") -> Run:
-        scores = (doc_term @ self.query_matrix(texts).T).T.toarray()
+    def run(self, doc_term, qids: list[str], texts: list[str], k: int = 1000, name: str = "score",
+            counts: bool = False) -> Run:
+        scores = (doc_term @ self.query_matrix(texts, counts).T).T.toarray()
         out = Run()
         for i, qid in enumerate(qids):
             s = scores[i]
@@ -306,13 +309,15 @@ class Source:
                                   for i in range(0, len(self.tv.data), 65536)]).astype(np.float64)
         return self.prior * factor(out) if shape == "bm25" else out
 
-    def validate(self, kind: str, weights: np.ndarray, search: dict) -> tuple[dict, Run]:
-        """nDCG@10 and R@100 of the validation queries, every document scored as the index will score it."""
+    def validate(self, kind: str, weights: np.ndarray, search: dict, shape: str) -> tuple[dict, Run]:
+        """nDCG@10 and R@100 of the validation queries, every document scored as the index will score it (the query
+        weighted as its retriever weighs it)."""
         doc_term = self.sm.matrix(weights) if kind == "deepimpact" else deepct_doc_term(self.sm, weights, **search)
-        run = self.sm.run(doc_term, [i.qid for i in self.val], [i.text for i in self.val], name=kind)
+        run = self.sm.run(doc_term, [i.qid for i in self.val], [i.text for i in self.val], name=kind,
+                          counts=counts_query_terms(kind, shape))
         return evaluate(run, {i.qid: self.qrels[i.qid] for i in self.val}, ["nDCG@10", "R@100"]), run
 
-    def group(self, item: Item, negatives: list[str], kind: str, query_terms: list[str], rng) -> list[tuple]:
+    def group(self, item: Item, negatives: list[str], kind: str, query_terms: dict[str, int], rng) -> list[tuple]:
         """(rows, prior or None) of the positive and the negatives of a step: the rows of the query's terms
         (DeepImpact) or of all the document's terms with a mask of the query's (DeepCT, for its length)."""
         positive = rng.choice(sorted(item.positives))
@@ -321,7 +326,7 @@ class Source:
             out.append(self._rows(d, kind, query_terms, None))
         return out
 
-    def _rows(self, doc: str, kind: str, query_terms: list[str], rest) -> tuple:
+    def _rows(self, doc: str, kind: str, query_terms: dict[str, int], rest) -> tuple:
         i = self.tv.index[doc]
         rows_of = self.term_rows[i]
         base = self.tv.offsets[i]
@@ -341,8 +346,9 @@ class Source:
                 prior = self.stats.bm25(i, terms, tf=counts, length=length).astype(np.float32)
             else:
                 prior = (counts * DEEPCT_RESOLUTION / 100.0).astype(np.float32)
-        query = set(query_terms)
-        mask = np.array([t in query for t in terms], dtype=bool)
+        if prior is not None and kind == "deepimpact":  # the query's count of each term weighs it, as searched
+            prior = prior * np.array([query_terms[t] for t in terms], dtype=np.float32)
+        mask = np.array([query_terms.get(t, 0) for t in terms], dtype=np.float32)  # DeepCT: the count, 0 off query
         return rows, prior, mask
 
 
@@ -380,7 +386,8 @@ class Training:
 
     def end_epoch(self, epoch: int, loss: float | None, digits: int) -> None:
         self.head.eval()
-        per_source = {s.name: s.validate(self.config.kind, s.weights(self.head, self.config.shape), self.search)[0]
+        per_source = {s.name: s.validate(self.config.kind, s.weights(self.head, self.config.shape), self.search,
+                                         self.config.shape)[0]
                       for s in self.sources}
         mean = float(np.average([m["nDCG@10"] for m in per_source.values()],
                                 weights=[s.weight for s in self.sources]))
@@ -418,7 +425,7 @@ def _scores(t: Training, s: Source, groups: list[list[tuple]]):
         df = torch.from_numpy(np.concatenate([s.df_of_rows(r) for g in groups for r, _, _ in g]))
         idf = torch.log(1 + (len(s.docs) - df + 0.5) / (df + 0.5))
         term = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl[seg] / avgdl))
-        scores = torch.zeros(len(sizes)).index_add(0, seg, torch.where(mask, term, torch.zeros_like(term)))
+        scores = torch.zeros(len(sizes)).index_add(0, seg, term * mask)  # each query term as often as it occurs
     return scores.view(len(groups), -1)
 
 
@@ -432,7 +439,8 @@ def _train_ranking(t: Training) -> None:
 
     config = t.config
     size = 1 + config.negatives
-    query_terms = [[unique_terms(i.text) for i in s.items] for s in t.sources]
+    counts = counts_query_terms(config.kind, config.shape)  # else weight 1 per unique term
+    query_terms = [[query_weights(i.text, counts) for i in s.items] for s in t.sources]
     if config.kind == "deepct":
         for s in t.sources:
             s.prepare_deepct()
@@ -524,7 +532,7 @@ def _fusion(t: Training) -> dict:
     """The ``deepimpact+bm25`` interpolation weight best on the validation parts, each source weighing its weight."""
     grids = []
     for s in t.sources:
-        _, run = s.validate("deepimpact", s.weights(t.head, t.config.shape), t.search)
+        _, run = s.validate("deepimpact", s.weights(t.head, t.config.shape), t.search, t.config.shape)
         qids = [i.qid for i in s.val]
         grids.append(interpolation_weight(run, s.bm25_val, s.qrels, qids, ["deepimpact", "bm25"])["grid"])
     weights = np.array([s.weight for s in t.sources], dtype=float)

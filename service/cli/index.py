@@ -110,9 +110,9 @@ def add_parsers(sub) -> None:
                    "faiss index type without encoding again")
     lw = b.add_argument_group("learned term weighting (--with ...,deepct,deepimpact)")
     lw.add_argument("--deepct-model", default=None,
-                    help="trained DeepCT model directory (default: models/deepct-scifact; `weir train deepct`)")
+                    help="trained DeepCT model directory (default: models/deepct; `weir train deepct`)")
     lw.add_argument("--deepimpact-model", default=None,
-                    help="trained DeepImpact model directory (default: models/deepimpact-scifact; `weir train deepimpact`)")
+                    help="trained DeepImpact model directory (default: models/deepimpact; `weir train deepimpact`)")
     q = b.add_argument_group("static pruning (passage quality; scored before any component is built)")
     q.add_argument("--prune", metavar="ESTIMATOR:FRACTION", default=None,
                    help="leave out the lowest-scored FRACTION of the documents (0 <= FRACTION < 1), scored by "

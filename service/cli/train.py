@@ -176,11 +176,12 @@ def _add_ltr(tr) -> None:
                    "a held-out share of the training queries (holdout)")
     t.add_argument("--inner-folds", type=int, default=4, help="cv: inner folds of every training set (default 4; "
                    "each set counts equally in the inner score)")
-    t.add_argument("--rounds-rule", choices=("1se", "1se-paired", "best"), default="1se",
-                   help="cv: the fewest rounds within one standard error of the best inner score (1se, default: "
-                   "trees, and with --init-from any tree at all, must beat the simpler model by more than the inner "
-                   "folds disagree), the same with the standard error of the paired fold-by-fold shortfall "
-                   "(1se-paired), or the best (best)")
+    t.add_argument("--rounds-rule", choices=("1se-paired", "1se", "best"), default="1se-paired",
+                   help="cv: the fewest rounds whose fold-by-fold shortfall from the best inner score is within one "
+                   "standard error of that paired difference (1se-paired, default: trees, and with --init-from any "
+                   "tree at all, must beat the simpler model by more than the inner folds disagree about the gain), "
+                   "the fewest within one standard error of the best score itself (1se, stricter), or the best "
+                   "(best); chosen by leaving one collection out, models/RESULTS.md")
     t.add_argument("--monotone", action="store_true", help="constrain the features of known direction (BM25, "
                    "coverage, cosine, earlier stages' scores, ...) to act only in that direction")
     t.add_argument("--param", action="append", metavar="KEY=VALUE", help="a LightGBM parameter, e.g. lambda_l2=10 "

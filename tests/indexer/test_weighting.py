@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -137,7 +138,8 @@ def untrained_bm25_shaped(tmp_path_factory):
 
 def test_an_untrained_bm25_shaped_impact_head_ranks_as_its_bm25_baseline(untrained_bm25_shaped):
     """Impacts = BM25 weights (the collection's own idf and lengths, k1 0.9, b 0.4) quantized to 8 bits: the
-    deepimpact ranking is the sum of those over the query's terms, computed here from the formula."""
+    deepimpact ranking is the sum of those over the query's terms, each as often as the query has it (as BM25 scores
+    it), computed here from the formula."""
     from indexer.index_dir import Index
     from indexer.weighting.model import TermStatistics
     from ranker.retrievers.learned_sparse import ImpactRetriever
@@ -157,12 +159,16 @@ def test_an_untrained_bm25_shaped_impact_head_ranks_as_its_bm25_baseline(untrain
     scale = 256 / float(max(max(w.values()) for w in bm25.values()))
     quantized = {d: {t: math.ceil(float(v) * scale) for t, v in w.items()} for d, w in bm25.items()}
     assert _postings(untrained_bm25_shaped / "deepimpact") == quantized
-    run = ImpactRetriever(Index(untrained_bm25_shaped))([Query(q, t) for q, t in WEIGHTING_QUERIES], k=10)
-    for qid, text in WEIGHTING_QUERIES:
-        qt = set(unique_terms(text))
-        want = sorted(((sum(v for t, v in w.items() if t in qt), d) for d, w in quantized.items()),
+    queries = [*WEIGHTING_QUERIES, ("repeats", "bone bone bone vitamin")]  # a term counts as often as BM25 counts it
+    retriever = ImpactRetriever(Index(untrained_bm25_shaped))
+    run = retriever([Query(q, t) for q, t in queries], k=10)
+    assert retriever.describe()["query_weights"] == "count"
+    for qid, text in queries:
+        qt = Counter(terms(text))
+        want = sorted(((sum(v * qt[t] for t, v in w.items() if t in qt), d) for d, w in quantized.items()),
                       key=lambda x: (-x[0], x[1]))
         assert [h.doc_id for h in run[qid]] == [d for s, d in want if s > 0]
+        assert [h.score for h in run[qid]] == [float(s) for s, _ in want if s > 0]
 
 
 def test_an_untrained_bm25_shaped_deepct_head_writes_ten_times_the_term_frequencies(untrained_bm25_shaped):
