@@ -67,13 +67,14 @@ def source(name: str) -> str:
     return f"{c}:{c / topics}:{c / qrels}:1:{min_rel}"
 
 
-def train(kind: str, out: Path, names: list[str], args, extra: list[str] = ()) -> Path:
+def train(kind: str, out: Path, names: list[str], args, extra: list[str] = (), log_dir: Path | None = None) -> Path:
+    """A head trained on these sources (kept when already there); its log beside it, or under ``log_dir``."""
     if (out / "card.json").is_file():
         return out
     cmd = WEIR + ["train", kind, "--out", str(out), "--shape", args.shape, "--epochs", str(args.epochs)]
     for n in names:
         cmd += ["--train", source(n)]
-    run(cmd + list(extra), out.parent / f"train-{kind}.log")
+    run(cmd + list(extra), (log_dir or out.parent) / f"train-{kind}.log")
     return out
 
 
@@ -172,8 +173,9 @@ def self_supervised(args) -> None:
 
 def final(args) -> None:
     out = Path(args.out_dir)
-    models = {k: train(k, out / k, list(SOURCES), args) for k in ("deepct", "deepimpact")}
-    evaluate("beir-scifact", models, args.work / f"final-{args.tag}" / "beir-scifact")
+    work = args.work / f"final-{args.tag}"  # the logs stay out of the model directories' parent (models/)
+    models = {k: train(k, out / k, list(SOURCES), args, log_dir=work) for k in ("deepct", "deepimpact")}
+    evaluate("beir-scifact", models, work / "beir-scifact")
 
 
 def _row(record: dict) -> dict:

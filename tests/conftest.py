@@ -52,20 +52,34 @@ WEIGHTING_DOCS = [  # the tiny corpus of the learned term weighting tests
 WEIGHTING_QUERIES = [("q1", "misfolded protein aggregates"), ("q2", "do mice run faster?"), ("q3", "vitamin D bone")]
 
 
-@pytest.fixture(scope="session")
-def learned_tiny(tmp_path_factory):
-    """A corpus, two untrained heads saved as artifacts (fixed seed), and an index with both learned components."""
-    import torch
-
-    from indexer.build import build_index
-    from indexer.weighting.model import Backbone, make_head, save
-
-    root = tmp_path_factory.mktemp("weighting")
+def weighting_collection(root: Path) -> Path:
+    """The tiny corpus (WEIGHTING_DOCS), its queries and qrels written as a collection under ``root``."""
     coll = root / "coll"
     coll.mkdir()
     (coll / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in WEIGHTING_DOCS), encoding="utf-8")
     (coll / "queries.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in WEIGHTING_QUERIES), encoding="utf-8")
     (coll / "qrels.txt").write_text("q1 0 d1 1\nq2 0 d2 1\nq3 0 d4 1\n", encoding="utf-8")
+    return coll
+
+
+def learned_index(coll: Path, models: dict, out: Path) -> Path:
+    """An index of ``coll`` with bm25 and both learned components, from these head directories."""
+    from indexer.build import build_index
+
+    build_index(coll, out, components=("bm25", "deepct", "deepimpact"),
+                learned={"deepct_model": str(models["deepct"]), "deepimpact_model": str(models["deepimpact"])})
+    return out
+
+
+@pytest.fixture(scope="session")
+def learned_tiny(tmp_path_factory):
+    """A corpus, two untrained heads saved as artifacts (fixed seed), and an index with both learned components."""
+    import torch
+
+    from indexer.weighting.model import Backbone, make_head, save
+
+    root = tmp_path_factory.mktemp("weighting")
+    coll = weighting_collection(root)
     backbone = Backbone(max_length=16)  # small windows: long passages are cut at word boundaries
     models = {}
     for kind in ("deepct", "deepimpact"):
@@ -75,7 +89,4 @@ def learned_tiny(tmp_path_factory):
             torch.nn.init.normal_(head.weight, std=0.05)
             torch.nn.init.constant_(head.bias, 0.3)
         models[kind] = save(root / kind, head, {"kind": kind, "base_model": "all-MiniLM-L6-v2", "max_length": 16})
-    index = root / "index"
-    build_index(coll, index, components=("bm25", "deepct", "deepimpact"),
-                learned={"deepct_model": str(models["deepct"]), "deepimpact_model": str(models["deepimpact"])})
-    return coll, models, index
+    return coll, models, learned_index(coll, models, root / "index")

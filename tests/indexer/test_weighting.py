@@ -12,7 +12,7 @@ import pytest
 
 from indexer.weighting.build import deepct_tf, impact_scale, pseudo_document, quantize
 from indexer.weighting.terms import terms, unique_terms, word_terms
-from tests.conftest import WEIGHTING_DOCS, WEIGHTING_QUERIES
+from tests.conftest import WEIGHTING_DOCS, WEIGHTING_QUERIES, learned_index, weighting_collection
 
 
 def test_formulas_by_hand():
@@ -119,21 +119,16 @@ def untrained_bm25_shaped(tmp_path_factory):
     """Both heads in the BM25 shape, untrained (their last layer at zero), and an index of the tiny corpus."""
     import torch
 
-    from indexer.build import build_index
     from indexer.weighting.model import make_head, save
 
     root = tmp_path_factory.mktemp("bm25-shaped")
-    coll = root / "coll"
-    coll.mkdir()
-    (coll / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in WEIGHTING_DOCS), encoding="utf-8")
+    coll = weighting_collection(root)
     models = {}
     for kind in ("deepct", "deepimpact"):
         torch.manual_seed(1)
         models[kind] = save(root / kind, make_head(kind, 384, "bm25"),
                             {"kind": kind, "shape": "bm25", "base_model": "all-MiniLM-L6-v2", "max_length": 32})
-    build_index(coll, root / "index", components=("bm25", "deepct", "deepimpact"),
-                learned={"deepct_model": str(models["deepct"]), "deepimpact_model": str(models["deepimpact"])})
-    return root / "index"
+    return learned_index(coll, models, root / "index")
 
 
 def test_an_untrained_bm25_shaped_impact_head_ranks_as_its_bm25_baseline(untrained_bm25_shaped):
