@@ -63,6 +63,15 @@ def _build_deepimpact(documents: Iterator[Document], out: Path, options: dict) -
     return _with_postings(build_deepimpact(documents, out, options), out)
 
 
+def _counted(documents: Iterator[Document], counts: list[int]) -> Iterator[Document]:
+    """``documents`` passed through; how many there were is appended to ``counts`` once the stream ends."""
+    given = 0
+    for doc in documents:
+        given += 1
+        yield doc
+    counts.append(given)
+
+
 def _reuses_vectors(dense) -> bool:
     return bool(dense.get("vectors_from") if isinstance(dense, dict) else getattr(dense, "vectors_from", None))
 
@@ -110,6 +119,7 @@ def build_index(
     learned: dict | None = None,
     prune=None,
     device: str | None = None,
+    shard=None,
 ) -> dict:
     """Build the requested components of an index for ``collection`` at ``out``; return the manifest.
 
@@ -117,7 +127,9 @@ def build_index(
     ``learned``: for ``deepct`` / ``deepimpact``: ``deepct_model``, ``deepimpact_model`` (trained artifact
     directories; default the committed ones under models/), ``device``, ``batch_size``.
     ``prune``: a :class:`indexer.quality.prune.PruneSpec`; the corpus is scored first and the pruned documents are
-    left out of every component (never weighted, encoded or indexed). ``device``: the quality estimator's."""
+    left out of every component (never weighted, encoded or indexed). ``device``: the quality estimator's.
+    ``shard``: an :class:`indexer.shards.ShardSpec`; only the shard's documents are indexed (pruning still scores the
+    whole corpus, so a shard keeps what the whole index keeps), and the manifest records the shard."""
     unknown = [c for c in components if c not in COMPONENTS]
     if unknown:
         raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
@@ -140,11 +152,16 @@ def build_index(
         if prune is not None:
             manifest["pruning"], keep = _prune(corpus, prune, tmp, device)
         stats = None
+        in_shard: list[int] = []  # documents of the shard indexed, one count per component
         for name in dict.fromkeys(components):
             timer = Timer()
             documents = _progress(corpus, f"{name} index")
+            if shard is not None:
+                documents = (d for i, d in enumerate(documents) if shard.takes(i))
             if keep is not None:
                 documents = (d for d in documents if d.id in keep)
+            if shard is not None:
+                documents = _counted(documents, in_shard)
             info = BUILDERS[name](documents, tmp / name, options)
             info["build_seconds"] = timer.seconds
             manifest["components"][name] = {"path": name, **info}
@@ -157,6 +174,9 @@ def build_index(
         pruned = manifest["pruning"]["pruned"] if keep is not None else 0
         manifest["counts"] = {"documents": stats.documents - pruned, "skipped_empty": len(stats.skipped_empty),
                               "skipped_empty_ids": stats.skipped_empty[:1000], "pruned": pruned}
+        if shard is not None:
+            manifest["shard"] = {**shard.describe(), "collection_documents": stats.documents - pruned}
+            manifest["counts"]["documents"] = in_shard[0]
         for component in [*manifest["components"].values()] + ([manifest["pruning"]] if keep is not None else []):
             digest, files, size = tree_checksum(tmp / component["path"])
             component.update({"sha256": digest, "files": files, "bytes": size})

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from indexer.postings import LENGTH_TABLE, Postings
+from indexer.shards import CollectionStatistics
 from ranker.stage import Retriever
 from weir.types import Hit, Query, Run
 
@@ -58,16 +59,25 @@ class BM25Scores(TermScores):
 
     name = "bm25"
 
-    def __init__(self, postings: Postings, k1: float, b: float):
+    def __init__(self, postings: Postings, k1: float, b: float, statistics: CollectionStatistics | None = None):
         super().__init__(postings)
         if postings.norms is None:
             raise ValueError(f"field {postings.field!r} has no length norms: BM25 needs them")
         self.k1, self.b = np.float32(k1), np.float32(b)
-        avgdl = np.float32(postings.sum_total_term_freq / float(postings.doc_count))
+        # the collection statistics: this index's own, or a whole shard set's (indexer.shards), which make a
+        # shard's scores those of one index over every shard's documents
+        doc_count, sum_ttf, doc_freqs = postings.doc_count, postings.sum_total_term_freq, postings.doc_freqs
+        if statistics is not None:
+            if len(statistics.doc_freqs) != len(postings.terms):
+                raise ValueError(f"collection statistics for {len(statistics.doc_freqs)} terms, the postings hold "
+                                 f"{len(postings.terms)}")
+            doc_count, sum_ttf, doc_freqs = (statistics.doc_count, statistics.sum_total_term_freq,
+                                             statistics.doc_freqs)
+        avgdl = np.float32(sum_ttf / float(doc_count))
         lengths = LENGTH_TABLE.astype(np.float32)
         self.cache = (ONE / (self.k1 * ((ONE - self.b) + self.b * lengths / avgdl))).astype(np.float32)
-        df = postings.doc_freqs.astype(np.float64)
-        n = float(postings.doc_count)
+        df = doc_freqs.astype(np.float64)
+        n = float(doc_count)
         self.idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
         # the score of every posting at boost 1, computed a block at a time (the temporaries stay small) and in place:
         # x = 1 + freq * cache[norm], then idf - idf / x, the same float operations as Lucene's

@@ -23,7 +23,7 @@ def cmd_build(args) -> int:
     prune = prune_spec(args)
     manifest = build_index(args.collection, args.out, components=components, overwrite=args.overwrite,
                            skip_empty=args.skip_empty, threads=args.threads, dense=dense, learned=learned,
-                           prune=prune, device=args.device)
+                           prune=prune, device=args.device, shard=shard_spec(args.shard))
     counts = manifest["counts"]
     sizes = ", ".join(f"{n} {c['bytes'] / 2**20:.1f} MiB ({c['build_seconds']:.1f}s)"
                       for n, c in manifest["components"].items())
@@ -35,6 +35,15 @@ def cmd_build(args) -> int:
     print(f"indexed {counts['documents']} documents ({counts['skipped_empty']} empty skipped{pruned}) into "
           f"{args.out} in {manifest['timings']['total_seconds']:.1f}s: {sizes}", file=sys.stderr)
     return 0
+
+
+def shard_spec(text):
+    """The shard asked for by --shard I/N (None without it)."""
+    if text is None:
+        return None
+    from indexer.shards import ShardSpec
+
+    return ShardSpec.parse(text)
 
 
 def prune_spec(args):
@@ -90,6 +99,10 @@ def add_parsers(sub) -> None:
     b.add_argument("--overwrite", action="store_true", help="replace an existing index at --out")
     b.add_argument("--skip-empty", action="store_true", help="leave out empty documents instead of failing")
     b.add_argument("--threads", type=int, default=None, help="indexing threads (default: all cores)")
+    b.add_argument("--shard", metavar="I/N", default=None,
+                   help="build shard I of N (0 <= I < N): only the documents whose ordinal in the corpus is I modulo "
+                   "N; the manifest records the shard and the whole collection's document count. Serve all N with "
+                   "`weir serve --shards DIR,...` (scores as one index over the whole collection)")
     d = b.add_argument_group("dense component (--with ...,dense)")
     d.add_argument("--dense-index", choices=("flat", "hnsw", "ivfpq"), default="flat",
                    help="faiss index: flat (exact inner product, default), hnsw or ivfpq")
