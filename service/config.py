@@ -33,6 +33,24 @@ token_file = "tokens.txt"          # one bearer token a line; omit: no authentic
 [options]                           # pipeline options, as `weir serve` flags and experiment brackets take them
 device = "cpu"
 ```
+
+A sharded server (:mod:`service.sharded`) names its shards instead of ``index``, and may set how Ray Serve runs
+them:
+
+```toml
+shards = ["indexes/scifact-0", "indexes/scifact-1"]   # every shard of one `weir index build --shard I/N`
+
+[ray]
+address = "local"                  # "local": a Ray instance of this process; "auto" or an address: join a cluster
+num_cpus = 2                       # CPUs of a local instance (omit: all)
+shard_replicas = 1                 # replicas of each shard's searcher deployment
+reranker_replicas = 1              # replicas of each reranker deployment
+shard_num_cpus = 0.5               # CPUs reserved per shard replica
+reranker_num_cpus = 1.0            # CPUs reserved per reranker replica
+reranker_num_gpus = "auto"         # GPUs per reranker replica; "auto": 1 when the cluster has a GPU, else 0
+reranker_max_batch = 16            # queries per @serve.batch call of a reranker replica
+reranker_batch_wait_ms = 2.0       # how long a reranker batch waits for more queries
+```
 """
 
 from __future__ import annotations
@@ -75,6 +93,31 @@ class Batching:
 
 
 @dataclass(frozen=True)
+class RayConfig:
+    address: str = "local"
+    num_cpus: int | None = None
+    shard_replicas: int = 1
+    reranker_replicas: int = 1
+    shard_num_cpus: float = 0.5
+    reranker_num_cpus: float = 1.0
+    reranker_num_gpus: float | str = "auto"
+    reranker_max_batch: int = 16
+    reranker_batch_wait_ms: float = 2.0
+
+    def __post_init__(self):
+        if self.shard_replicas < 1 or self.reranker_replicas < 1:
+            raise InputError(f"replicas must be at least 1 (got shards {self.shard_replicas}, rerankers "
+                             f"{self.reranker_replicas})")
+        if self.shard_num_cpus < 0 or self.reranker_num_cpus < 0 or (self.num_cpus is not None and self.num_cpus < 1):
+            raise InputError(f"CPU counts must not be negative (got {self})")
+        if self.reranker_num_gpus != "auto" and not (isinstance(self.reranker_num_gpus, (int, float))
+                                                     and self.reranker_num_gpus >= 0):
+            raise InputError(f"reranker_num_gpus is a number >= 0 or \"auto\" (got {self.reranker_num_gpus!r})")
+        if self.reranker_max_batch < 1 or self.reranker_batch_wait_ms < 0:
+            raise InputError(f"reranker batching needs max_batch >= 1 and batch_wait_ms >= 0 (got {self})")
+
+
+@dataclass(frozen=True)
 class TLS:
     cert: str
     key: str
@@ -96,7 +139,9 @@ class TLS:
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    index: str
+    index: str = ""  # the index served; or ``shards``
+    shards: tuple[str, ...] | None = None  # shard index directories served together on Ray Serve (service.sharded)
+    ray: RayConfig = field(default_factory=RayConfig)
     host: str = "127.0.0.1"
     port: int = 50051
     metrics_port: int | None = None
@@ -135,15 +180,21 @@ class ServiceConfig:
         for key, value in overrides.items():
             if value is None:
                 continue
-            if key in ("limits", "batching", "options"):
+            if key in ("limits", "batching", "options", "ray"):
                 values[key] = {**values.get(key, {}), **{k: v for k, v in value.items() if v is not None}}
             else:
                 values[key] = value
-        if "index" not in values:
-            raise InputError("the service needs an index (--index, or 'index' in --config)")
+        if not values.get("index") and not values.get("shards"):
+            raise InputError("the service needs an index (--index, or 'index' in --config) or shards (--shards, or "
+                             "'shards' in --config)")
+        if values.get("index") and values.get("shards"):
+            raise InputError("give an index or shards, not both")
         try:
             values["limits"] = Limits(**values.get("limits", {}))
             values["batching"] = Batching(**values.get("batching", {}))
+            values["ray"] = RayConfig(**values.get("ray", {}))
+            if values.get("shards") is not None:
+                values["shards"] = tuple(values["shards"])
             tls = values.pop("tls", None)
             values["tls"] = TLS(**tls) if tls else None
             if values.get("pipelines") is not None:
@@ -173,6 +224,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raw["token_file"] = resolve(auth["token_file"])
     if "index" in raw:
         raw["index"] = resolve(raw["index"])
+    if "shards" in raw:
+        if not isinstance(raw["shards"], list) or not all(isinstance(p, str) for p in raw["shards"]):
+            raise InputError(f"{path}: 'shards' is a list of index directories")
+        raw["shards"] = [resolve(p) for p in raw["shards"]]
     if raw.get("tls"):
         raw["tls"] = {k: resolve(v) if isinstance(v, str) else v for k, v in raw["tls"].items()}
     return raw

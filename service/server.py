@@ -293,10 +293,7 @@ class Server:
         """Open the index (checksums verified), warm the default pipeline, bind, serve; return the bound port.
         Raises InputError for a bad index, configuration, address or taken port."""
         config = self.config
-        index = Index(config.index, verify_checksums=config.verify_checksums)
-        os.environ.setdefault("WEIR_JVM_HEAP", jvm_heap_for(index))
-        options = PipelineOptions.from_mapping(config.options)
-        self.service = SearchService(config, index, options, self.metrics)
+        self.service = await self.open_service()
         await asyncio.get_running_loop().run_in_executor(self.service.executor, self.service.warm_up)
         interceptors = [TokenInterceptor(config.tokens(), self._denied)] if config.token_file else []
         self.server = grpc.aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
@@ -313,6 +310,15 @@ class Server:
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self.port
+
+    async def open_service(self) -> SearchService:
+        """The servicer this server runs: a :class:`SearchService` over the configured index (a sharded server
+        gives one over its shards, :mod:`service.sharded`)."""
+        config = self.config
+        index = Index(config.index, verify_checksums=config.verify_checksums)
+        os.environ.setdefault("WEIR_JVM_HEAP", jvm_heap_for(index))
+        options = PipelineOptions.from_mapping(config.options)
+        return SearchService(config, index, options, self.metrics)
 
     def _denied(self, method: str) -> None:
         self.metrics.handled.labels("unary", SERVICE_NAME, method, "UNAUTHENTICATED").inc()
@@ -350,18 +356,22 @@ class Server:
         self.service.executor.shutdown(wait=False, cancel_futures=True)
 
 
-def serve(config: ServiceConfig) -> None:
-    """Serve until SIGINT or SIGTERM, then drain (see :meth:`Server.drain`)."""
+def serve(config: ServiceConfig, server: Server | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then drain (see :meth:`Server.drain`); ``server``: a server of another kind
+    over ``config`` (default: a :class:`Server` over its index)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # its INFO lines list the CPU builds it did not load
     logging.getLogger("weir.access").setLevel(logging.INFO if config.access_log else logging.WARNING)
 
     async def main() -> None:
-        server = Server(config)
+        nonlocal server
+        server = server or Server(config)
         port = await server.start()
-        log.info("serving %s on %s:%d (health, reflection%s%s)", os.path.basename(config.index.rstrip("/")),
+        served = config.index or ",".join(config.shards or ())
+        log.info("serving %s on %s:%d (health, reflection%s%s)",
+                 ",".join(os.path.basename(p.rstrip("/")) for p in served.split(",")),
                  config.host, port, ", TLS" if config.tls else "", ", tokens" if config.token_file else "")
-        print(f"weir: serving {config.index} on {config.host}:{port}", flush=True)
+        print(f"weir: serving {served} on {config.host}:{port}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -377,8 +387,8 @@ class BackgroundServer:
     """A service running on an event loop of its own in a background thread (tests, benchmarks):
     ``with BackgroundServer(config) as server: SearchClient(f"127.0.0.1:{server.port}")``."""
 
-    def __init__(self, config: ServiceConfig):
-        self.server = Server(config)
+    def __init__(self, config: ServiceConfig, server: Server | None = None):
+        self.server = server or Server(config)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="weir-server", daemon=True)
 

@@ -22,14 +22,22 @@ def cmd_serve(args) -> int:
         tls = {"cert": args.tls_cert, "key": args.tls_key, "client_ca": args.tls_client_ca}
     elif args.tls_client_ca:
         raise InputError("--tls-client-ca needs --tls-cert and --tls-key")
+    shards = [p.strip() for p in args.shards.split(",") if p.strip()] if args.shards else None
+    ray = {"address": args.ray_address, "num_cpus": args.ray_num_cpus, "shard_replicas": args.shard_replicas,
+           "reranker_replicas": args.reranker_replicas}
     config = ServiceConfig.load(
-        args.config, index=args.index, host=args.host, port=args.port, workers=args.workers,
+        args.config, index=args.index, shards=shards, ray=ray, host=args.host, port=args.port, workers=args.workers,
         metrics_port=args.metrics_port, default_pipeline=args.default_pipeline,
         pipelines=[p.strip() for p in args.pipelines.split(",") if p.strip()] if args.pipelines else None,
         token_file=args.token_file, tls=tls, verify_checksums=False if args.no_verify else None,
         options=options, limits={name: getattr(args, name) for name in LIMITS},
         batching={"max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms})
-    serve(config)
+    if config.shards:
+        from service.sharded import ShardedServer
+
+        serve(config, ShardedServer(config))
+    else:
+        serve(config)
     return 0
 
 
@@ -64,6 +72,18 @@ def add_parsers(sub) -> None:
                         "in flight finish.")
     sv.add_argument("--config", help="service config file (TOML)")
     sv.add_argument("--index", help="index directory (or 'index' in --config)")
+    sh = sv.add_argument_group("sharded serving on Ray Serve (instead of --index; see service/sharded.py)")
+    sh.add_argument("--shards", metavar="DIR,DIR,...",
+                    help="serve every shard of one `weir index build --shard I/N` build: a Ray Serve deployment per "
+                    "shard scores as one index over the whole collection (BM25 with the shard set's statistics), the "
+                    "front merges their top k and reranks once in a batched reranker deployment; pipelines: bm25, "
+                    "deepimpact, flat dense, each alone or >> attention | crossencoder (or 'shards' in --config)")
+    sh.add_argument("--ray-address", help="'local' (default): start a Ray instance in this process; 'auto' or an "
+                    "address: join that cluster")
+    sh.add_argument("--ray-num-cpus", type=int, help="CPUs of a local Ray instance (default: all)")
+    sh.add_argument("--shard-replicas", type=int, help="replicas of each shard's deployment (default 1)")
+    sh.add_argument("--reranker-replicas", type=int, help="replicas of each reranker deployment (default 1; a GPU "
+                    "each when the cluster has GPUs, see [ray] in service/config.py)")
     sv.add_argument("--host", help="address to bind (default 127.0.0.1: this machine only)")
     sv.add_argument("--port", type=int, help="port (default 50051; 0 picks a free one); a taken port is an error")
     sv.add_argument("--workers", type=int, help="threads running pipeline batches (default 2)")

@@ -1,0 +1,461 @@
+"""Sharded, replicated serving on Ray Serve: the `weir serve` gRPC contract over the shards of one collection.
+
+``weir serve --shards DIR0,DIR1,...`` (or ``shards = [...]`` in the service config) serves every shard of one
+``weir index build --shard I/N`` build. The pieces:
+
+- **shard searchers**, one Ray Serve deployment per shard (``ShardSearcher``, ``[ray] shard_replicas`` replicas each):
+  a replica opens its shard and answers the first stage for a batch of query texts with its own top k, and the
+  stored text of the documents it holds;
+- **rerankers**, one deployment per reranker served (``RerankerDeployment``, ``[ray] reranker_replicas`` replicas,
+  ``num_gpus`` when the cluster has GPUs, CPU otherwise): queries of concurrent requests are batched by Ray Serve's
+  ``@serve.batch``; a replica reads the candidates' text from the shards' stored documents;
+- **the front**, in the ``weir serve`` process (the Ray driver): the same gRPC servicer as a single server
+  (:class:`service.server.SearchService`: validation, limits, admission, deadlines, micro-batching, health,
+  reflection, tokens, TLS, metrics, drain, every status code), whose batches scatter the first stage to every shard,
+  merge the shards' top k into the top k of the whole collection, and rerank once.
+
+**Comparable scores.** A shard's first stage scores every document exactly as one index over the whole collection
+would (:mod:`indexer.shards`): BM25 reads the collection's document count, total length and each term's document
+frequency, and each shard replica is given those of the whole shard set (summed from the shards' stored postings
+statistics when the server starts) instead of its own; DeepImpact's impacts and a flat faiss index's inner products
+need no collection statistics. The front merges the shards' lists by score, then by document id in UTF-8 byte order,
+which is the order of a single index's BM25 and impact search (ties by id), so the merged top k *is* the single
+index's top k, ranks and float scores alike; a shard's top ``n`` holds every document of the global top ``n`` it
+owns, so nothing is missed. Rerankers score (query, candidate text) pairs of one query at a time, independently of
+their batch, so the reranked top k matches the single server's too.
+
+**Limits.** First stages served over shards: ``bm25``, ``deepimpact`` and ``dense`` with a flat (exact) faiss index
+(an HNSW or IVF shard's approximate top k is not the whole index's: refused at start-up). Exact ties of dense scores
+are ordered by document id here, by faiss row in a single index. Rerankers: ``attention`` and ``crossencoder`` (they
+read the candidates' text only). ``ltr`` (its features read whole-index statistics and the dense vectors of one
+index), ``deepct`` (its BM25 over learned weights would need the shard set's statistics too; not wired) and the
+fusions (``hybrid``, ``deepimpact+bm25``) are not served over shards: a request for them is INVALID_ARGUMENT
+naming the reason, and a config that asks for them fails at start-up. Every replica reads its shard from the
+filesystem it runs on: on several machines, the shard directories must be on storage each machine sees at the same
+path. The front itself is one process; run several behind a load balancer to replicate it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+from ray import serve
+
+from indexer.index_dir import Index
+from indexer.shards import CollectionStatistics, global_statistics, read_shard_set
+from ranker import registry
+from ranker.options import PipelineOptions
+from service.batching import Abandoned, Item, MicroBatcher
+from service.config import ServiceConfig
+from service.metrics import Metrics
+from service.server import Failure, SearchService, Server, _pruning, jvm_heap_for
+from service.stubs import search_pb2
+from weir.types import Document, Hit, InputError, Query, Run
+
+log = logging.getLogger("weir.service.sharded")
+
+SHARDED_FIRST_STAGES = ("bm25", "deepimpact", "dense")
+SHARDED_RERANKERS = ("attention", "crossencoder")
+WHY_NOT = {
+    "ltr": "its features read whole-index statistics and one index's dense vectors",
+    "deepct": "its BM25 over learned weights would need the shard set's statistics (not wired)",
+    "hybrid": "fusion over shards is not wired",
+    "deepimpact+bm25": "fusion over shards is not wired",
+}
+# Hits travel between the deployments and the front as (doc_id, score) pairs per query: small to pickle
+
+
+# --- the deployments (their code runs in Ray worker processes) ---------------------------------------------------
+
+
+class ShardSearcher:
+    """One shard's first stages. ``statistics``: the shard set's BM25 statistics for this shard's terms."""
+
+    def __init__(self, path: str, statistics: CollectionStatistics | None, options: dict, stages: Sequence[str],
+                 verify_checksums: bool = True):
+        from ranker.retrievers.bm25 import BM25
+
+        self.index = Index(path, verify_checksums=verify_checksums)
+        os.environ.setdefault("WEIR_JVM_HEAP", jvm_heap_for(self.index))
+        opts = PipelineOptions.from_mapping(options)
+        self.stages = {}
+        for name in stages:
+            if name == "bm25":
+                self.stages[name] = BM25(self.index, k1=opts.bm25.k1, b=opts.bm25.b, statistics=statistics)
+            else:
+                self.stages[name] = registry.build_stage(name, self.index, opts)
+        self.search(stages[0], ["warm up"], 1)  # the JVM, the analyzer, the encoder loaded before serving
+
+    def search(self, stage: str, texts: list[str], k: int) -> list[list[tuple[str, float]]]:
+        """Per text, this shard's top ``k`` (doc_id, score) of first stage ``stage``, best first."""
+        queries = [Query(f"q{i}", t) for i, t in enumerate(texts)]
+        run = self.stages[stage].retrieve(queries, k)
+        return [[(h.doc_id, h.score) for h in run.get(q.id, [])] for q in queries]
+
+    def documents(self, doc_ids: list[str]) -> dict[str, tuple[str, str]]:
+        """(title, text) of those of ``doc_ids`` this shard holds."""
+        return {d: (doc.title, doc.text) for d, doc in self.index.documents(doc_ids).items()}
+
+    def ready(self) -> int:
+        return self.index.num_docs
+
+
+class ShardDocuments:
+    """The stored documents of every shard, as a reranker reads documents from an index (``documents(ids)``)."""
+
+    def __init__(self, paths: Sequence[str]):
+        self.indexes = [Index(p) for p in paths]
+        self.path = Path(paths[0])
+        self.manifest = self.indexes[0].manifest
+
+    @property
+    def components(self) -> list[str]:
+        return self.indexes[0].components
+
+    def component_path(self, name: str) -> Path:
+        return self.indexes[0].component_path(name)
+
+    def documents(self, doc_ids: list[str], threads: int = 4) -> dict[str, Document]:
+        out: dict[str, Document] = {}
+        wanted = list(dict.fromkeys(doc_ids))
+        for index in self.indexes:
+            if not wanted:
+                break
+            found = index.documents(wanted, threads)
+            out.update(found)
+            wanted = [d for d in wanted if d not in found]
+        return out
+
+
+class RerankerDeployment:
+    """One reranker over the shards' documents; concurrent requests are batched by ``@serve.batch``."""
+
+    def __init__(self, name: str, paths: Sequence[str], options: dict, max_batch: int, wait_ms: float):
+        self.name = name
+        self.reranker = registry.build_stage(name, ShardDocuments(paths), PipelineOptions.from_mapping(options))
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weir-rerank")
+        self.rerank.set_max_batch_size(max_batch)
+        self.rerank.set_batch_wait_timeout_s(wait_ms / 1000)
+
+    def _rerank_batch(self, requests: list[tuple[str, list[tuple], int, int]]) -> list[tuple[list[tuple], int]]:
+        """Each request: (query text, candidates as (doc_id, score, stage_scores), k, depth); its reranked top k
+        and the batch size. Requests of one (k, depth) are reranked together."""
+        out: list = [None] * len(requests)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, (_, _, k, depth) in enumerate(requests):
+            groups.setdefault((k, depth), []).append(i)
+        for (k, depth), rows in groups.items():
+            queries = [Query(f"q{i}", requests[i][0]) for i in rows]
+            run = Run({q.id: [Hit(d, s, r, dict(st)) for r, (d, s, st) in enumerate(requests[i][1], start=1)]
+                       for q, i in zip(queries, rows)})
+            reranked = self.reranker(queries, run, k=k, depth=depth)
+            for q, i in zip(queries, rows):
+                out[i] = ([(h.doc_id, h.score, h.stage_scores) for h in reranked.get(q.id, [])], len(requests))
+        return out
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)  # both set per deployment in __init__
+    async def rerank(self, requests):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self._rerank_batch, requests)
+
+    def ready(self) -> str:
+        return self.name
+
+
+# --- the front -------------------------------------------------------------------------------------------------
+
+
+def sharded_pipelines(first_index: Index, options: PipelineOptions) -> list[str]:
+    """Every pipeline the shards support over Ray Serve: each shardable first stage the shards have, alone and
+    followed by each shardable reranker whose model is there."""
+    firsts = [n for n in SHARDED_FIRST_STAGES if registry.available(n, first_index, options)]
+    rerankers = [n for n in SHARDED_RERANKERS if registry.available(n, first_index, options)]
+    return firsts + [f"{f}>>{r}" for f in firsts for r in rerankers]
+
+
+def unsupported_reason(spec: str) -> str | None:
+    """Why pipeline ``spec`` can not run over shards (None when it can)."""
+    for name in registry.parse(spec):
+        if name not in SHARDED_FIRST_STAGES + SHARDED_RERANKERS:
+            return f"{name!r} is not served over shards: {WHY_NOT.get(name, 'not supported')}"
+    return None
+
+
+def served_pipelines(config: ServiceConfig, first_index: Index, options: PipelineOptions) -> tuple[str, ...]:
+    """The pipelines a sharded server answers: those of the config (each checked to run over shards), else every
+    one the shards support; the default among them."""
+    if config.pipelines is None:
+        allowed = sharded_pipelines(first_index, options)
+    else:
+        allowed = [">>".join(registry.parse(p)) for p in config.pipelines]
+        for spec in allowed:
+            reason = unsupported_reason(spec)
+            if reason:
+                raise InputError(f"pipeline {spec!r} can not be served over shards: {reason}")
+    default = ">>".join(registry.parse(config.default_pipeline))
+    if default not in allowed:
+        raise InputError(f"the default pipeline {default!r} is not among the served ones: {', '.join(allowed)}")
+    return tuple(dict.fromkeys(allowed))
+
+
+class ShardedSearchService(SearchService):
+    """:class:`SearchService` whose batches run over shard and reranker deployments (see the module docstring)."""
+
+    def __init__(self, config: ServiceConfig, shards: list[Index], options: PipelineOptions, metrics: Metrics,
+                 searchers: list, rerankers: dict):
+        self.config, self.limits, self.metrics = config, config.limits, metrics
+        self.shards, self.index = shards, shards[0]
+        self.options = options
+        self.searchers, self.rerankers = searchers, rerankers
+        self.allowed = self._allowed_pipelines(options)
+        self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="weir-front")
+        self.batcher = MicroBatcher(self._run_batch, self.executor, workers=config.workers,
+                                    max_batch=config.batching.max_batch, max_wait=config.batching.max_wait_ms / 1000)
+        self.admitted = 0
+        self.draining = False
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def _allowed_pipelines(self, options: PipelineOptions) -> tuple[str, ...]:
+        return served_pipelines(self.config, self.index, options)
+
+    def _check(self, request):
+        try:
+            return super()._check(request)
+        except Failure as f:
+            spec = request.pipeline.strip()
+            try:
+                reason = unsupported_reason(spec) if spec else None
+            except InputError:
+                reason = None
+            if reason:
+                raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"{reason}; served: {', '.join(self.allowed)}") from None
+            raise f
+
+    def warm_up(self) -> None:
+        self._run_batch((self.config.default_pipeline, 1, None), [Item("warm up")])
+
+    def _public(self, message: str) -> str:
+        from weir.runtime import ROOT
+
+        for shard in self.shards:
+            for path in (shard.path.resolve(), shard.path):
+                message = message.replace(str(path), "<shard>")
+        return message.replace(str(ROOT), "<weir>")
+
+    # --- one batch, on a worker thread of the front --------------------------------------------------------------
+
+    @staticmethod
+    def _timeout(items: list[Item]) -> float | None:
+        deadlines = [i.deadline for i in items]
+        if any(d is None for d in deadlines):
+            return None
+        return max(0.001, max(deadlines) - time.monotonic())
+
+    @staticmethod
+    def _result(response, timeout: float | None, what: str):
+        try:
+            return response.result(timeout_s=timeout)
+        except TimeoutError:
+            raise Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed; the work for it stopped") from None
+        except Exception as e:  # a replica that failed or died: Ray's error, logged here, not shown to callers
+            log.error("%s failed: %s", what, e)
+            raise Failure(grpc.StatusCode.UNAVAILABLE, f"{what} failed or is unavailable; try again") from None
+
+    def _run_batch(self, key, items: list[Item]) -> list:
+        spec, k, depth = key
+        names = registry.parse(spec)
+        first, rerankers = names[0], names[1:]
+        timings: dict[str, float] = {}
+        live = list(range(len(items)))
+
+        def keep() -> None:
+            now = time.monotonic()
+            live[:] = [i for i in live if items[i].wanted(now)]
+
+        def hand_on(stage_index: int) -> int:  # as Pipeline: a stage hands on what the next stage reranks
+            if stage_index == len(names) - 1:
+                return k
+            following = getattr(self.options, registry.RERANKERS[names[stage_index + 1]].options).depth
+            return max(k, depth or following)
+
+        # the first stage: scattered to every shard, merged by (score, doc id)
+        keep()
+        results: dict[int, list[tuple]] = {}
+        owner: dict[str, int] = {}
+        if live:
+            start = time.perf_counter()
+            n = hand_on(0)
+            texts = [items[i].query for i in live]
+            timeout = self._timeout([items[i] for i in live])
+            calls = [s.search.remote(first, texts, n) for s in self.searchers]
+            per_shard = [self._result(c, timeout, f"shard {j}") for j, c in enumerate(calls)]
+            for row, i in enumerate(live):
+                merged = []
+                for j, hits in enumerate(per_shard):
+                    merged.extend(hits[row])
+                    owner.update((d, j) for d, _ in hits[row])
+                merged.sort(key=lambda h: (-h[1], h[0]))
+                results[i] = [(d, s, {first: s}) for d, s in merged[:n]]
+            timings[first] = time.perf_counter() - start
+        # each reranker once, its requests batched by @serve.batch with those of other batches
+        for position, name in enumerate(rerankers, start=1):
+            keep()
+            if not live:
+                break
+            start = time.perf_counter()
+            n = hand_on(position)
+            timeout = self._timeout([items[i] for i in live])
+            handle = self.rerankers[name]
+            calls = [(i, handle.rerank.remote((items[i].query, results[i], n, depth or 0))) for i in live]
+            for i, call in calls:
+                results[i], _ = self._result(call, timeout, f"reranker {name}")
+            timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+        keep()
+        self.metrics.batch(spec, len(items), timings)
+        docs: dict[str, Document] = {}
+        wanted = [d for i in live if items[i].include_text for d, _, _ in results[i]]
+        if wanted:
+            by_shard: dict[int, list[str]] = {}
+            for d in dict.fromkeys(wanted):
+                by_shard.setdefault(owner[d], []).append(d)
+            timeout = self._timeout([items[i] for i in live])
+            calls = [(j, self.searchers[j].documents.remote(ids)) for j, ids in by_shard.items()]
+            for j, call in calls:
+                docs.update((d, Document(d, t, x)) for d, (t, x) in self._result(call, timeout, f"shard {j}").items())
+        out: list = []
+        alive = set(live)
+        for i, item in enumerate(items):
+            if i not in alive:
+                out.append(Abandoned())
+                continue
+            hits = [Hit(d, s, r, dict(st)) for r, (d, s, st) in enumerate(results[i], start=1)]
+            out.append((hits, {h.doc_id: docs.get(h.doc_id) for h in hits} if item.include_text else {},
+                        timings, len(items)))
+        return out
+
+    async def Info(self, request, context):
+        async def work():
+            m, limits = self.index.manifest, self.limits
+            return search_pb2.InfoResponse(
+                first_stages=sorted(registry.FIRST_STAGES), rerankers=sorted(registry.RERANKERS),
+                collection=m["collection"]["name"], documents=sum(s.num_docs for s in self.shards),
+                components=list(m["components"]), pipelines=list(self.allowed),
+                default_pipeline=">>".join(registry.parse(self.config.default_pipeline)),
+                limits=search_pb2.Limits(max_k=limits.max_k, max_depth=limits.max_depth,
+                                         max_query_chars=limits.max_query_chars,
+                                         max_query_terms=limits.max_query_terms,
+                                         max_batch_queries=limits.max_batch_queries,
+                                         max_in_flight=limits.max_in_flight, max_queued=limits.max_queued),
+                pruning=_pruning(self.index.pruning)), {}
+
+        return await self._call("Info", context, work)
+
+
+_app_counter = 0
+_app_lock = threading.Lock()
+
+
+class ShardedServer(Server):
+    """A :class:`Server` whose servicer runs over Ray Serve deployments of the configured shards. Starts a local
+    Ray instance (``[ray] address = "local"``) or joins a cluster, deploys the shard searchers and rerankers, and
+    removes its deployments when it drains."""
+
+    def __init__(self, config: ServiceConfig):
+        super().__init__(config)
+        self.apps: list[str] = []
+        self.started_ray = False
+
+    async def open_service(self) -> SearchService:
+        return await asyncio.get_running_loop().run_in_executor(None, self._deploy)
+
+    def _deploy(self) -> ShardedSearchService:
+        global _app_counter
+        import ray
+
+        config, settings = self.config, self.config.ray
+        if not config.shards:
+            raise InputError("a sharded server needs shards (--shards DIR,DIR,...)")
+        paths = [str(Path(p).resolve()) for p in config.shards]
+        read_shard_set(paths)  # every shard of one build, each once: else an InputError saying what is wrong
+        shards = [Index(p, verify_checksums=config.verify_checksums) for p in paths]
+        options = PipelineOptions.from_mapping(config.options)
+        for shard in shards:
+            dense = shard.manifest["components"].get("dense")
+            if dense is not None and dense.get("index", "flat") != "flat":
+                raise InputError(f"{shard.path}: a {dense['index']} dense component: only flat (exact) dense shards "
+                                 "merge into the whole index's top k; rebuild the shards with --dense-index flat")
+        names = [registry.parse(p) for p in served_pipelines(config, shards[0], options)]
+        firsts = list(dict.fromkeys(n[0] for n in names))
+        reranker_names = list(dict.fromkeys(r for n in names for r in n[1:]))
+        statistics = global_statistics(paths) if "bm25" in firsts else [None] * len(paths)
+        if not ray.is_initialized():
+            if settings.address == "local":
+                ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=False,
+                         log_to_driver=False)
+            else:
+                ray.init(address=settings.address, log_to_driver=False)
+            self.started_ray = True
+        serve.start(proxy_location="Disabled")
+        gpus = settings.reranker_num_gpus
+        if gpus == "auto":
+            gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        shard_class, reranker_class = serve.deployment(ShardSearcher), serve.deployment(RerankerDeployment)
+        with _app_lock:
+            _app_counter += 1
+            prefix = f"weir-{os.getpid()}-{_app_counter}"
+        targets = []  # one application per shard and per reranker, deployed together
+        for j, (path, stats) in enumerate(zip(paths, statistics)):
+            deployment = shard_class.options(name=f"shard-{j}", num_replicas=settings.shard_replicas,
+                                             ray_actor_options={"num_cpus": settings.shard_num_cpus})
+            targets.append(serve.RunTarget(deployment.bind(path, stats, dict(config.options), firsts,
+                                                           config.verify_checksums),
+                                           name=f"{prefix}-shard-{j}", route_prefix=None))
+        for name in reranker_names:
+            deployment = reranker_class.options(
+                name=name, num_replicas=settings.reranker_replicas,
+                ray_actor_options={"num_cpus": settings.reranker_num_cpus, "num_gpus": gpus})
+            targets.append(serve.RunTarget(deployment.bind(name, paths, dict(config.options),
+                                                           settings.reranker_max_batch,
+                                                           settings.reranker_batch_wait_ms),
+                                           name=f"{prefix}-{name}", route_prefix=None))
+        self.apps = [t.name for t in targets]
+        try:
+            handles = serve.run_many(targets)
+        except BaseException:  # a replica that can not start: nothing of this server stays deployed
+            self.shutdown_ray()
+            raise
+        searchers, rerankers = handles[:len(paths)], dict(zip(reranker_names, handles[len(paths):]))
+        log.info("deployed %d shard(s) x %d replica(s), reranker(s) %s x %d replica(s) (%s GPU each)", len(paths),
+                 settings.shard_replicas, ", ".join(reranker_names) or "none", settings.reranker_replicas, gpus)
+        return ShardedSearchService(config, shards, options, self.metrics, searchers, rerankers)
+
+    async def drain(self, grace: float | None = None) -> None:
+        await super().drain(grace)
+        await asyncio.get_running_loop().run_in_executor(None, self.shutdown_ray)
+
+    def shutdown_ray(self) -> None:
+        """Delete this server's applications; stop Serve and Ray when this server started Ray."""
+        import ray
+
+        if not ray.is_initialized():
+            return
+        if self.started_ray:  # the whole instance goes, this server's applications with it
+            serve.shutdown()
+            ray.shutdown()
+            self.apps = []
+            return
+        for app in self.apps:
+            try:
+                serve.delete(app)
+            except Exception as e:  # already gone with its cluster
+                log.warning("could not delete Ray Serve application %s: %s", app, e)
+        self.apps = []

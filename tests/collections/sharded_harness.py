@@ -1,0 +1,137 @@
+"""Drives a sharded server and a single server side by side through gRPC and writes what they answered (JSON), for
+tests/collections/test_sharded_service.py, which runs it in a loopback-only network namespace (Ray binds the
+machine's address otherwise) and asserts on what it wrote.
+
+``python -m tests.collections.sharded_harness PLAN.json OUT.json``: PLAN holds ``scenarios``, each with ``whole``
+(an index), ``shards`` (its shard indexes), ``ray`` (the [ray] settings), ``pipelines`` (each: ``pipeline``, ``k``,
+``depth``, ``queries``, ``concurrent_calls``, ``include_text``) and ``errors`` (requests that must fail). A local Ray
+instance is started once and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+CALLERS = 8
+
+
+def _answer(response) -> list:
+    return [[h.doc_id, h.rank, h.score, dict(h.stage_scores), h.title, h.text] for h in response.hits]
+
+
+def _sequential(target: str, spec: dict) -> list:
+    from service.client import SearchClient
+
+    with SearchClient(target, timeout=300) as c:
+        return [_answer(c.search(q, k=spec["k"], pipeline=spec["pipeline"], depth=spec["depth"],
+                                 include_text=spec["include_text"])) for q in spec["queries"]]
+
+
+def _concurrent(target: str, spec: dict) -> dict:
+    """``concurrent_calls`` calls by CALLERS threads, each call a query of the list (caller n asks queries n,
+    n + CALLERS, ...): per call (query index, answer or error), and how many came from batches of several."""
+    from service.client import SearchClient
+
+    queries, calls = spec["queries"], spec["concurrent_calls"]
+
+    def caller(n: int) -> list:
+        out = []
+        with SearchClient(target, timeout=300) as c:
+            for i in range(n, calls, CALLERS):
+                q = i % len(queries)
+                try:
+                    r = c.search(queries[q], k=spec["k"], pipeline=spec["pipeline"], depth=spec["depth"],
+                                 include_text=spec["include_text"])
+                    out.append([q, _answer(r), r.batch_size, None])
+                except Exception as e:  # noqa: BLE001 (recorded: the test asserts there are none)
+                    out.append([q, None, 0, repr(e)])
+        return out
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(CALLERS) as pool:
+        results = [r for part in pool.map(caller, range(CALLERS)) for r in part]
+    return {"calls": results, "seconds": time.perf_counter() - start}
+
+
+def _errors(target: str, requests: list[dict]) -> list:
+    import grpc
+
+    from service.client import SearchClient
+
+    out = []
+    with SearchClient(target, timeout=60) as c:
+        for r in requests:
+            try:
+                c.search(r.get("query", "protein"), k=r.get("k", 10), pipeline=r.get("pipeline", ""),
+                         depth=r.get("depth", 0))
+                out.append([r, "OK", ""])
+            except grpc.RpcError as e:
+                out.append([r, e.code().name, e.details()])
+    return out
+
+
+def run_scenario(scenario: dict) -> dict:
+    from service.client import SearchClient
+    from service.config import ServiceConfig
+    from service.server import BackgroundServer
+    from service.sharded import ShardedServer
+
+    pipelines = sorted({p["pipeline"] for p in scenario["pipelines"]})
+    common = {"port": 0, "verify_checksums": False, "pipelines": pipelines, "access_log": False}
+    sharded_config = ServiceConfig.load(shards=scenario["shards"], ray=scenario.get("ray", {}), **common)
+    single_config = ServiceConfig.load(index=scenario["whole"], **common)
+    out: dict = {"pipelines": []}
+    start = time.perf_counter()
+    with BackgroundServer(sharded_config, ShardedServer(sharded_config)) as sharded:
+        out["start_seconds"] = time.perf_counter() - start
+        front = f"127.0.0.1:{sharded.port}"
+        with SearchClient(front) as c:
+            info = c.info()
+            out["health"] = c.health()
+            out["info"] = {"documents": info.documents, "collection": info.collection,
+                           "pipelines": list(info.pipelines)}
+        with BackgroundServer(single_config) as single:
+            one = f"127.0.0.1:{single.port}"
+            with SearchClient(one) as c:
+                out["single_info"] = {"documents": c.info().documents, "collection": c.info().collection}
+            for spec in scenario["pipelines"]:
+                t = time.perf_counter()
+                record = {"spec": spec, "single": _sequential(one, spec)}
+                record["single_seconds"] = time.perf_counter() - t
+                t = time.perf_counter()
+                record["sharded"] = _sequential(front, spec)
+                record["sharded_seconds"] = time.perf_counter() - t
+                if spec.get("concurrent_calls"):
+                    record["concurrent"] = _concurrent(front, spec)
+                out["pipelines"].append(record)
+        out["errors"] = _errors(front, scenario.get("errors", []))
+    return out
+
+
+def main(plan_path: str, out_path: str) -> int:
+    import logging
+
+    import ray
+
+    logging.basicConfig(level=logging.WARNING)
+    plan = json.loads(open(plan_path, encoding="utf-8").read())
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(address="local", num_cpus=plan.get("num_cpus", 2), include_dashboard=False, log_to_driver=False)
+    try:
+        results = [run_scenario(s) for s in plan["scenarios"]]
+    finally:
+        from ray import serve
+
+        serve.shutdown()
+        ray.shutdown()
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump({"scenarios": results}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

@@ -1,0 +1,158 @@
+"""Sharded serving on Ray Serve (service/sharded.py) against one server over the whole index, through gRPC: the 2-shard
+top 10 of every SciFact test topic is the single server's (BM25, and BM25 >> attention on a subset), ranks and float
+scores alike; a flat dense index over ADI's 2 shards too; 8 concurrent callers of the sharded front get exactly the
+sequential answers; unsupported pipelines and bad fields get their status codes.
+
+Ray and both servers run in a child process (tests/collections/sharded_harness.py) inside a loopback-only network
+namespace (``unshare -n``, then ``ip link set lo up``): there Ray binds 127.0.0.1 only (outside one it binds the
+machine's address, see ../shared/DESIGN.md). Without root or ``unshare`` the child runs in this namespace, its gRPC
+servers bound to 127.0.0.1. The shard indexes are built once per session (BM25 of SciFact: seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from indexer.build import build_index
+from indexer.collections import Collection
+from indexer.shards import ShardSpec
+from tests.conftest import ROOT, collection
+from weir.trec import read_topics
+
+pytestmark = pytest.mark.data
+
+ATTENTION_QUERIES, ATTENTION_DEPTH = 12, 20
+
+
+@pytest.fixture(scope="session")
+def shard_factory(tmp_path_factory):
+    """The N shard indexes of a shared collection (built once per session)."""
+    built: dict[tuple, list[str]] = {}
+
+    def make(name: str, components: str, n: int = 2) -> list[str]:
+        key = (name, components, n)
+        if key not in built:
+            root = tmp_path_factory.mktemp(f"shards-{name}")
+            built[key] = []
+            for i in range(n):
+                out = root / f"{name}-{i}-of-{n}"
+                build_index(collection(name), out, components=tuple(components.split(",")), shard=ShardSpec(i, n))
+                built[key].append(str(out))
+        return built[key]
+
+    return make
+
+
+def _in_loopback_namespace(command: list[str]) -> tuple[list[str], str]:
+    if os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"):
+        quoted = " ".join(f"'{c}'" for c in command)
+        return ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {quoted}"], "loopback-only namespace"
+    return command, "this network namespace (not root, or no unshare): gRPC on 127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def results(index_factory, shard_factory, tmp_path_factory):
+    topics = [q.text for q in Collection.open(collection("beir-scifact")).topics("test")]
+    adi_topics = [q.text for q in read_topics(collection("adi") / "queries.tsv")]
+    ray = {"num_cpus": 2, "shard_num_cpus": 0.5, "reranker_num_cpus": 0.5}
+    plan = {"num_cpus": 2, "scenarios": [
+        {"whole": str(index_factory("beir-scifact", "bm25")), "shards": shard_factory("beir-scifact", "bm25"),
+         "ray": ray,
+         "pipelines": [
+             {"pipeline": "bm25", "k": 10, "depth": 0, "queries": topics, "include_text": False,
+              "concurrent_calls": 800},
+             {"pipeline": "bm25", "k": 10, "depth": 0, "queries": topics[:20], "include_text": True,
+              "concurrent_calls": 0},
+             {"pipeline": "bm25>>attention", "k": 10, "depth": ATTENTION_DEPTH,
+              "queries": topics[:ATTENTION_QUERIES], "include_text": False, "concurrent_calls": 40}],
+         "errors": [{"pipeline": "bm25>>ltr"}, {"pipeline": "hybrid"}, {"pipeline": "nonsense"}, {"k": 0},
+                    {"query": " "}, {"depth": 5000}]},
+        {"whole": str(index_factory("adi", "bm25,dense")), "shards": shard_factory("adi", "bm25,dense"),
+         "ray": ray,
+         "pipelines": [
+             {"pipeline": "dense", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
+              "concurrent_calls": 80},
+             {"pipeline": "bm25", "k": 82, "depth": 0, "queries": adi_topics, "include_text": False,
+              "concurrent_calls": 0}]},
+    ]}
+    work = tmp_path_factory.mktemp("sharded-harness")
+    (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    command, where = _in_loopback_namespace(
+        [sys.executable, "-m", "tests.collections.sharded_harness", str(work / "plan.json"), str(work / "out.json")])
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        pytest.fail(f"the harness failed ({where}), exit {done.returncode}:\n{done.stdout[-3000:]}\n"
+                    f"{done.stderr[-6000:]}")
+    out = json.loads((work / "out.json").read_text(encoding="utf-8"))
+    print(f"\nharness ran in {where}")
+    return out["scenarios"]
+
+
+def _pipeline(results, scenario: int, name: str, include_text: bool = False) -> dict:
+    return next(p for p in results[scenario]["pipelines"]
+                if p["spec"]["pipeline"] == name and p["spec"]["include_text"] == include_text)
+
+
+def test_two_shards_give_the_whole_index_top_10_for_every_scifact_test_topic(results):
+    record = _pipeline(results, 0, "bm25")
+    assert len(record["single"]) == 300 and all(record["single"])
+    assert record["sharded"] == record["single"]  # doc ids, ranks, float scores, stage scores: equal
+    info, single = results[0]["info"], results[0]["single_info"]
+    assert results[0]["health"] == "SERVING"
+    assert info["documents"] == single["documents"] == 5183 and info["collection"] == single["collection"]
+
+
+def test_stored_text_comes_back_from_the_shard_holding_each_hit(results):
+    record = _pipeline(results, 0, "bm25", include_text=True)
+    assert record["sharded"] == record["single"]
+    assert all(hit[4] or hit[5] for answer in record["sharded"] for hit in answer)
+
+
+def test_reranking_once_after_the_merge_gives_the_single_servers_answers(results):
+    record = _pipeline(results, 0, "bm25>>attention")
+    assert len(record["single"]) == ATTENTION_QUERIES
+    assert record["sharded"] == record["single"]
+    assert all(set(hit[3]) == {"bm25", "attention"} for answer in record["sharded"] for hit in answer)
+
+
+def test_flat_dense_shards_merge_into_the_whole_index_top_k(results):
+    dense = _pipeline(results, 1, "dense")
+    assert [[h[0] for h in a] for a in dense["sharded"]] == [[h[0] for h in a] for a in dense["single"]]
+    for a, b in zip(dense["sharded"], dense["single"]):  # faiss inner products of the same vectors
+        assert [h[2] for h in a] == pytest.approx([h[2] for h in b], abs=1e-6)
+    whole = _pipeline(results, 1, "bm25")  # every document of ADI ranked: the full orders agree
+    assert whole["sharded"] == whole["single"]
+
+
+@pytest.mark.parametrize("scenario, pipeline", [(0, "bm25"), (0, "bm25>>attention"), (1, "dense")])
+def test_concurrent_callers_get_the_sequential_answers(results, scenario, pipeline):
+    record = _pipeline(results, scenario, pipeline)
+    concurrent = record["concurrent"]
+    errors = [c[3] for c in concurrent["calls"] if c[3]]
+    mismatches = sum(c[1] != record["sharded"][c[0]] for c in concurrent["calls"] if c[1] is not None)
+    batched = sum(c[2] > 1 for c in concurrent["calls"])
+    print(f"\n{pipeline}: {len(concurrent['calls'])} calls by 8 callers in {concurrent['seconds']:.1f}s, "
+          f"{len(errors)} errors, {mismatches} unlike the sequential answers, {batched} from batches of several")
+    assert len(concurrent["calls"]) == record["spec"]["concurrent_calls"]
+    assert errors == [] and mismatches == 0
+    assert batched > 0  # the front micro-batched concurrent calls
+
+
+def test_unsupported_pipelines_and_bad_fields_get_their_status_codes(results):
+    codes = {json.dumps(r, sort_keys=True): (code, message) for r, code, message in results[0]["errors"]}
+
+    def code(**request):
+        return codes[json.dumps(request, sort_keys=True)]
+
+    assert code(pipeline="bm25>>ltr")[0] == "INVALID_ARGUMENT" and "ltr" in code(pipeline="bm25>>ltr")[1]
+    assert "whole-index statistics" in code(pipeline="bm25>>ltr")[1]
+    assert code(pipeline="hybrid")[0] == "INVALID_ARGUMENT" and "not served over shards" in code(pipeline="hybrid")[1]
+    assert code(pipeline="nonsense")[0] == "INVALID_ARGUMENT"
+    assert code(k=0)[0] == code(query=" ")[0] == code(depth=5000)[0] == "INVALID_ARGUMENT"
