@@ -92,7 +92,10 @@ class ShardSearcher:
                 self.stages[name] = BM25(self.index, k1=opts.bm25.k1, b=opts.bm25.b, statistics=statistics)
             else:
                 self.stages[name] = registry.build_stage(name, self.index, opts)
-        self.search(stages[0], ["warm up"], 1)  # the JVM, the analyzer, the encoder loaded before serving
+        # the JVM, the analyzer, the encoder and the store of documents (pyserini's searcher: seconds to open) made
+        # before this replica serves
+        self.search(stages[0], ["warm up"], 1)
+        self.index.documents(["weir-warm-up"])
 
     def search(self, stage: str, texts: list[str], k: int) -> list[list[tuple[str, float]]]:
         """Per text, this shard's top ``k`` (doc_id, score) of first stage ``stage``, best first."""
@@ -140,14 +143,19 @@ class RerankerDeployment:
 
     def __init__(self, name: str, paths: Sequence[str], options: dict, max_batch: int, wait_ms: float):
         self.name = name
-        self.reranker = registry.build_stage(name, ShardDocuments(paths), PipelineOptions.from_mapping(options))
+        documents = ShardDocuments(paths)
+        self.reranker = registry.build_stage(name, documents, PipelineOptions.from_mapping(options))
+        for index in documents.indexes:  # every shard's store of documents opened before serving
+            index.documents(["weir-warm-up"])
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weir-rerank")
+        self.batch_sizes: dict[int, int] = {}  # batch size -> batches this replica ran (see batch_counts)
         self.rerank.set_max_batch_size(max_batch)
         self.rerank.set_batch_wait_timeout_s(wait_ms / 1000)
 
     def _rerank_batch(self, requests: list[tuple[str, list[tuple], int, int]]) -> list[tuple[list[tuple], int]]:
         """Each request: (query text, candidates as (doc_id, score, stage_scores), k, depth); its reranked top k
         and the batch size. Requests of one (k, depth) are reranked together."""
+        self.batch_sizes[len(requests)] = self.batch_sizes.get(len(requests), 0) + 1
         out: list = [None] * len(requests)
         groups: dict[tuple[int, int], list[int]] = {}
         for i, (_, _, k, depth) in enumerate(requests):
@@ -164,6 +172,10 @@ class RerankerDeployment:
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.002)  # both set per deployment in __init__
     async def rerank(self, requests):
         return await asyncio.get_running_loop().run_in_executor(self.executor, self._rerank_batch, requests)
+
+    def batch_counts(self) -> dict[int, int]:
+        """How many batches of each size the replica answering this call has run (``@serve.batch`` at work)."""
+        return dict(self.batch_sizes)
 
     def ready(self) -> str:
         return self.name

@@ -109,6 +109,8 @@ def run_scenario(scenario: dict) -> dict:
                     record["concurrent"] = _concurrent(front, spec)
                 out["pipelines"].append(record)
         out["errors"] = _errors(front, scenario.get("errors", []))
+        out["reranker_batches"] = {name: {str(size): n for size, n in handle.batch_counts.remote().result().items()}
+                                   for name, handle in sharded.server.service.rerankers.items()}
     return out
 
 

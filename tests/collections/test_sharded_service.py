@@ -1,5 +1,5 @@
 """Sharded serving on Ray Serve (service/sharded.py) against one server over the whole index, through gRPC: the 2-shard
-top 10 of every SciFact test topic is the single server's (BM25, and BM25 >> attention on a subset), ranks and float
+top 10 of every SciFact test topic is the single server's (BM25, and BM25 >> attention on 8 of them), ranks and float
 scores alike; a flat dense index over ADI's 2 shards too; 8 concurrent callers of the sharded front get exactly the
 sequential answers; unsupported pipelines and bad fields get their status codes.
 
@@ -27,7 +27,7 @@ from weir.trec import read_topics
 
 pytestmark = pytest.mark.data
 
-ATTENTION_QUERIES, ATTENTION_DEPTH = 12, 20
+ATTENTION_QUERIES, ATTENTION_DEPTH = 8, 20
 
 
 @pytest.fixture(scope="session")
@@ -60,10 +60,10 @@ def _in_loopback_namespace(command: list[str]) -> tuple[list[str], str]:
 def results(index_factory, shard_factory, tmp_path_factory):
     topics = [q.text for q in Collection.open(collection("beir-scifact")).topics("test")]
     adi_topics = [q.text for q in read_topics(collection("adi") / "queries.tsv")]
-    ray = {"num_cpus": 2, "shard_num_cpus": 0.5, "reranker_num_cpus": 0.5}
+    ray = {"num_cpus": 2, "shard_num_cpus": 0.25, "reranker_num_cpus": 0.5}
     plan = {"num_cpus": 2, "scenarios": [
         {"whole": str(index_factory("beir-scifact", "bm25")), "shards": shard_factory("beir-scifact", "bm25"),
-         "ray": ray,
+         "ray": {**ray, "shard_replicas": 2},  # replicated: concurrent calls reach both replicas of each shard
          "pipelines": [
              {"pipeline": "bm25", "k": 10, "depth": 0, "queries": topics, "include_text": False,
               "concurrent_calls": 800},
@@ -91,7 +91,11 @@ def results(index_factory, shard_factory, tmp_path_factory):
         pytest.fail(f"the harness failed ({where}), exit {done.returncode}:\n{done.stdout[-3000:]}\n"
                     f"{done.stderr[-6000:]}")
     out = json.loads((work / "out.json").read_text(encoding="utf-8"))
-    print(f"\nharness ran in {where}")
+    for s in out["scenarios"]:
+        phases = ", ".join(f"{p['spec']['pipeline']} {p['single_seconds']:.1f}s / {p['sharded_seconds']:.1f}s"
+                           for p in s["pipelines"])
+        print(f"\nharness in {where}: sharded server up in {s['start_seconds']:.1f}s; sequential single / sharded: "
+              f"{phases}; reranker batch sizes: {s['reranker_batches']}")
     return out["scenarios"]
 
 
@@ -120,6 +124,8 @@ def test_reranking_once_after_the_merge_gives_the_single_servers_answers(results
     assert len(record["single"]) == ATTENTION_QUERIES
     assert record["sharded"] == record["single"]
     assert all(set(hit[3]) == {"bm25", "attention"} for answer in record["sharded"] for hit in answer)
+    sizes = {int(size) for size in results[0]["reranker_batches"]["attention"]}
+    assert max(sizes) > 1  # @serve.batch reranked concurrent queries together
 
 
 def test_flat_dense_shards_merge_into_the_whole_index_top_k(results):
