@@ -12,8 +12,9 @@ same in any index that holds it) and on the collection through three statistics:
 field (``docCount``), their total length (``sumTotalTermFreq``, giving the average length) and each term's
 document frequency. Summed over the shards, these are the whole collection's, so a shard scoring with the summed
 statistics (:func:`global_statistics`) gives every document the score, bit for bit, that an index of the whole
-collection gives it. Impact indexes (DeepImpact) and flat dense indexes score a document without collection
-statistics at all.
+collection gives it. Flat dense indexes score a document without collection statistics at all. DeepImpact indexes
+are not comparable across shards: a build quantizes impacts with the largest impact of the documents it indexes
+(``ceil(impact * 2^8 / max_impact)``), so each shard's integers are on a scale of its own.
 """
 
 from __future__ import annotations

@@ -17,19 +17,20 @@
 **Comparable scores.** A shard's first stage scores every document exactly as one index over the whole collection
 would (:mod:`indexer.shards`): BM25 reads the collection's document count, total length and each term's document
 frequency, and each shard replica is given those of the whole shard set (summed from the shards' stored postings
-statistics when the server starts) instead of its own; DeepImpact's impacts and a flat faiss index's inner products
-need no collection statistics. The front merges the shards' lists by score, then by document id in UTF-8 byte order,
-which is the order of a single index's BM25 and impact search (ties by id), so the merged top k *is* the single
-index's top k, ranks and float scores alike; a shard's top ``n`` holds every document of the global top ``n`` it
+statistics when the server starts) instead of its own; a flat faiss index's inner products need no collection
+statistics. The front merges the shards' lists by score, then by document id in UTF-8 byte order, which is the order
+of a single index's BM25 search (ties by id), so the merged top k *is* the single index's top k, ranks and float
+scores alike; a shard's top ``n`` holds every document of the global top ``n`` it
 owns, so nothing is missed. Rerankers score (query, candidate text) pairs of one query at a time, independently of
 their batch, so the reranked top k matches the single server's too.
 
-**Limits.** First stages served over shards: ``bm25``, ``deepimpact`` and ``dense`` with a flat (exact) faiss index
+**Limits.** First stages served over shards: ``bm25`` and ``dense`` with a flat (exact) faiss index
 (an HNSW or IVF shard's approximate top k is not the whole index's: refused at start-up). Exact ties of dense scores
 are ordered by document id here, by faiss row in a single index. Rerankers: ``attention`` and ``crossencoder`` (they
 read the candidates' text only). ``ltr`` (its features read whole-index statistics and the dense vectors of one
-index), ``deepct`` (its BM25 over learned weights would need the shard set's statistics too; not wired) and the
-fusions (``hybrid``, ``deepimpact+bm25``) are not served over shards: a request for them is INVALID_ARGUMENT
+index), ``deepct`` (its BM25 over learned weights would need the shard set's statistics too; not wired),
+``deepimpact`` (a build quantizes impacts with its own collection's largest impact, ``ceil(impact * 2^8 / max)``, so
+each shard's integer impacts are on its own scale) and the fusions (``hybrid``, ``deepimpact+bm25``) are not served over shards: a request for them is INVALID_ARGUMENT
 naming the reason, and a config that asks for them fails at start-up. Every replica reads its shard from the
 filesystem it runs on: on several machines, the shard directories must be on storage each machine sees at the same
 path. The front itself is one process; run several behind a load balancer to replicate it.
@@ -62,11 +63,12 @@ from weir.types import Document, Hit, InputError, Query, Run
 
 log = logging.getLogger("weir.service.sharded")
 
-SHARDED_FIRST_STAGES = ("bm25", "deepimpact", "dense")
+SHARDED_FIRST_STAGES = ("bm25", "dense")
 SHARDED_RERANKERS = ("attention", "crossencoder")
 WHY_NOT = {
     "ltr": "its features read whole-index statistics and one index's dense vectors",
     "deepct": "its BM25 over learned weights would need the shard set's statistics (not wired)",
+    "deepimpact": "each shard's impacts are quantized with that shard's own largest impact (another scale per shard)",
     "hybrid": "fusion over shards is not wired",
     "deepimpact+bm25": "fusion over shards is not wired",
 }
