@@ -95,6 +95,9 @@ def read_shard_set(paths: list[str | os.PathLike]) -> list[dict]:
         if sorted(m["components"]) != sorted(first["components"]):
             raise InputError(f"{path} has components {', '.join(m['components'])}, {paths[0]} has "
                              f"{', '.join(first['components'])}: every shard needs the same components")
+        for name, component in m["components"].items():
+            if _model_of(component) != _model_of(first["components"][name]):
+                raise InputError(f"{path} and {paths[0]} built their {name!r} component with different models")
         if (m.get("pruning") or {}).get("card_sha256") != (first.get("pruning") or {}).get("card_sha256"):
             raise InputError(f"{path} and {paths[0]} were pruned differently")
         if shard["index"] in seen:
@@ -109,6 +112,13 @@ def read_shard_set(paths: list[str | os.PathLike]) -> list[dict]:
         raise InputError(f"the shards hold {total} documents, the collection {first['shard']['collection_documents']}")
     order = sorted(range(len(paths)), key=lambda i: manifests[i]["shard"]["index"])
     return [manifests[i] for i in order]
+
+
+def _model_of(component: dict) -> str:
+    """What a component was built with that must be the same in every shard: its model (term weighting heads), its
+    encoder (dense; not where it ran)."""
+    encoder = {k: v for k, v in (component.get("encoder") or {}).items() if k not in ("device", "fp16", "model_path")}
+    return json.dumps([component.get("model"), encoder], sort_keys=True, default=str)
 
 
 def _postings_statistics(lucene_path: Path) -> tuple[list[str], np.ndarray, int, int]:

@@ -15,25 +15,25 @@
   merge the shards' top k into the top k of the whole collection, and rerank once.
 
 **Comparable scores.** A shard's first stage scores every document exactly as one index over the whole collection
-would (:mod:`indexer.shards`): BM25 reads the collection's document count, total length and each term's document
-frequency, and each shard replica is given those of the whole shard set (summed from the shards' stored postings
-statistics when the server starts) instead of its own; a flat faiss index's inner products need no collection
-statistics. The front merges the shards' lists by score, then by document id in UTF-8 byte order, which is the order
-of a single index's BM25 search (ties by id), so the merged top k *is* the single index's top k, ranks and float
-scores alike; a shard's top ``n`` holds every document of the global top ``n`` it
-owns, so nothing is missed. Rerankers score (query, candidate text) pairs of one query at a time, independently of
-their batch, so the reranked top k matches the single server's too.
+would (:mod:`indexer.shards`): BM25 (``bm25``, and ``deepct``'s BM25 over term weights a model gave each document on
+its own) reads the collection's document count, total length and each term's document frequency, and each shard
+replica is given those of the whole shard set (summed from the shards' stored postings statistics when the server
+starts) instead of its own; a flat faiss index's inner products need no collection statistics. The front merges the
+shards' lists by score, then by document id in UTF-8 byte order, which is the order of a single index's BM25 search
+(ties by id), so the merged top k *is* the single index's top k, ranks and float scores alike; a shard's top ``n``
+holds every document of the global top ``n`` it owns, so nothing is missed. Rerankers score (query, candidate text)
+pairs of one query at a time, independently of their batch, so the reranked top k matches the single server's too.
 
-**Limits.** First stages served over shards: ``bm25`` and ``dense`` with a flat (exact) faiss index
-(an HNSW or IVF shard's approximate top k is not the whole index's: refused at start-up). Exact ties of dense scores
-are ordered by document id here, by faiss row in a single index. Rerankers: ``attention`` and ``crossencoder`` (they
-read the candidates' text only). ``ltr`` (its features read whole-index statistics and the dense vectors of one
-index), ``deepct`` (its BM25 over learned weights would need the shard set's statistics too; not wired),
+**Limits.** First stages served over shards: ``bm25``, ``deepct`` and ``dense`` with a flat (exact) faiss index (an
+HNSW or IVF shard's approximate top k is not the whole index's: refused at start-up). Exact ties of dense scores are
+ordered by document id here, by faiss row in a single index. Rerankers: ``attention`` and ``crossencoder`` (they read
+the candidates' text only). ``ltr`` (its features read whole-index statistics and the dense vectors of one index),
 ``deepimpact`` (a build quantizes impacts with its own collection's largest impact, ``ceil(impact * 2^8 / max)``, so
-each shard's integer impacts are on its own scale) and the fusions (``hybrid``, ``deepimpact+bm25``) are not served over shards: a request for them is INVALID_ARGUMENT
-naming the reason, and a config that asks for them fails at start-up. Every replica reads its shard from the
-filesystem it runs on: on several machines, the shard directories must be on storage each machine sees at the same
-path. The front itself is one process; run several behind a load balancer to replicate it.
+each shard's integer impacts are on its own scale) and the fusions (``hybrid``, ``deepimpact+bm25``) are not served
+over shards: a request for them is INVALID_ARGUMENT naming the reason, and a config that asks for them fails at
+start-up. Every replica reads its shard from the filesystem it runs on: on several machines, the shard directories
+must be on storage each machine sees at the same path. The front itself is one process; run several behind a load
+balancer to replicate it.
 """
 
 from __future__ import annotations
@@ -63,11 +63,10 @@ from weir.types import Document, Hit, InputError, Query, Run
 
 log = logging.getLogger("weir.service.sharded")
 
-SHARDED_FIRST_STAGES = ("bm25", "dense")
+SHARDED_FIRST_STAGES = ("bm25", "deepct", "dense")
 SHARDED_RERANKERS = ("attention", "crossencoder")
 WHY_NOT = {
     "ltr": "its features read whole-index statistics and one index's dense vectors",
-    "deepct": "its BM25 over learned weights would need the shard set's statistics (not wired)",
     "deepimpact": "each shard's impacts are quantized with that shard's own largest impact (another scale per shard)",
     "hybrid": "fusion over shards is not wired",
     "deepimpact+bm25": "fusion over shards is not wired",
@@ -79,11 +78,13 @@ WHY_NOT = {
 
 
 class ShardSearcher:
-    """One shard's first stages. ``statistics``: the shard set's BM25 statistics for this shard's terms."""
+    """One shard's first stages. ``statistics``: per BM25-scored component (bm25, deepct), the shard set's
+    statistics for this shard's terms."""
 
-    def __init__(self, path: str, statistics: CollectionStatistics | None, options: dict, stages: Sequence[str],
+    def __init__(self, path: str, statistics: dict[str, CollectionStatistics], options: dict, stages: Sequence[str],
                  verify_checksums: bool = True):
         from ranker.retrievers.bm25 import BM25
+        from ranker.retrievers.learned_sparse import DeepCTRetriever
 
         self.index = Index(path, verify_checksums=verify_checksums)
         os.environ.setdefault("WEIR_JVM_HEAP", jvm_heap_for(self.index))
@@ -91,7 +92,10 @@ class ShardSearcher:
         self.stages = {}
         for name in stages:
             if name == "bm25":
-                self.stages[name] = BM25(self.index, k1=opts.bm25.k1, b=opts.bm25.b, statistics=statistics)
+                self.stages[name] = BM25(self.index, k1=opts.bm25.k1, b=opts.bm25.b, statistics=statistics["bm25"])
+            elif name == "deepct":
+                self.stages[name] = DeepCTRetriever(self.index, k1=opts.deepct.k1, b=opts.deepct.b,
+                                                    statistics=statistics["deepct"])
             else:
                 self.stages[name] = registry.build_stage(name, self.index, opts)
         # the JVM, the analyzer, the encoder and the store of documents (pyserini's searcher: seconds to open) made
@@ -410,7 +414,12 @@ class ShardedServer(Server):
         names = [registry.parse(p) for p in served_pipelines(config, shards[0], options)]
         firsts = list(dict.fromkeys(n[0] for n in names))
         reranker_names = list(dict.fromkeys(r for n in names for r in n[1:]))
-        statistics = global_statistics(paths) if "bm25" in firsts else [None] * len(paths)
+        # per shard, {component: the shard set's statistics} of the BM25-scored components served
+        statistics: list[dict] = [{} for _ in paths]
+        for component in ("bm25", "deepct"):
+            if component in firsts:
+                for mine, stats in zip(statistics, global_statistics(paths, component)):
+                    mine[component] = stats
         if not ray.is_initialized():
             if settings.address == "local":
                 ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=False,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from indexer.index_dir import Index
+from indexer.shards import CollectionStatistics
 from indexer.weighting.terms import counts_query_terms, query_weights
 from ranker.retrievers.inverted import BM25Scores, ImpactScores, InvertedIndex, SparseRetriever, TermScores
 
@@ -57,11 +58,15 @@ class DeepCTRetriever(_TermRetriever):
 
     component = "deepct"
 
-    def __init__(self, index: Index, *, k1: float | None = None, b: float | None = None):
+    def __init__(self, index: Index, *, k1: float | None = None, b: float | None = None,
+                 statistics: CollectionStatistics | None = None):
+        """``statistics``: the collection statistics to score with instead of the index's own (a shard scoring as
+        the whole shard set, :func:`indexer.shards.global_statistics` of the ``deepct`` component)."""
         search = index.manifest["components"][self.component].get("parameters", {}).get("search") or {}
         k1 = float(search.get("k1", 10.0)) if k1 is None else k1
         b = float(search.get("b", 0.9)) if b is None else b
-        super().__init__(index, BM25Scores, k1=k1, b=b)
+        extra = {} if statistics is None else {"statistics": statistics}
+        super().__init__(index, BM25Scores, k1=k1, b=b, **extra)
         self.k1, self.b = k1, b
 
     def describe(self) -> dict:

@@ -76,8 +76,8 @@ def add_parsers(sub) -> None:
     sh.add_argument("--shards", metavar="DIR,DIR,...",
                     help="serve every shard of one `weir index build --shard I/N` build: a Ray Serve deployment per "
                     "shard scores as one index over the whole collection (BM25 with the shard set's statistics), the "
-                    "front merges their top k and reranks once in a batched reranker deployment; pipelines: bm25 and "
-                    "flat dense, each alone or >> attention | crossencoder (or 'shards' in --config)")
+                    "front merges their top k and reranks once in a batched reranker deployment; pipelines: bm25, "
+                    "deepct, flat dense, each alone or >> attention | crossencoder (or 'shards' in --config)")
     sh.add_argument("--ray-address", help="'local' (default): start a Ray instance in this process; 'auto' or an "
                     "address: join that cluster")
     sh.add_argument("--ray-num-cpus", type=int, help="CPUs of a local Ray instance (default: all)")

@@ -95,3 +95,25 @@ def test_a_shard_set_must_be_complete_and_of_one_build(shards, tmp_path):
     build_index(coll, other, shard=ShardSpec(0, 2))
     with pytest.raises(InputError, match="different builds"):
         read_shard_set([*parts, other])
+
+
+def test_deepct_with_the_shard_sets_statistics_scores_as_the_whole_index(learned_tiny, tmp_path):
+    """DeepCT is BM25 over term frequencies a model gave each document on its own: with the shard set's statistics
+    of the deepct component, two shards' merged hits are the whole index's."""
+    from ranker.retrievers.learned_sparse import DeepCTRetriever
+    from tests.conftest import WEIGHTING_QUERIES
+
+    coll, models, whole = learned_tiny
+    parts = [tmp_path / f"shard-{i}" for i in range(2)]
+    for i, p in enumerate(parts):
+        build_index(coll, p, components=("bm25", "deepct"), learned={"deepct_model": str(models["deepct"])},
+                    shard=ShardSpec(i, 2))
+    reference = DeepCTRetriever(Index(whole))
+    sharded = [DeepCTRetriever(Index(p), statistics=s) for p, s in zip(parts, global_statistics(parts, "deepct"))]
+    found = 0
+    for _, query in WEIGHTING_QUERIES + [("q4", "protein mice vitamin")]:
+        expected = reference.search([query], 10)[0]
+        merged = sorted((h for s in sharded for h in s.search([query], 10)[0]), key=lambda h: (-h[1], h[0]))
+        assert merged == expected, query
+        found += len(expected)
+    assert found >= 4
