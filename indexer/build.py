@@ -48,7 +48,8 @@ def _build_dense(documents: Iterator[Document], out: Path, options: dict) -> dic
     config = options.get("dense")
     if isinstance(config, dict):
         config = DenseConfig(**config)
-    return build_dense(documents, out, config, corpus_sha256=options.get("corpus_sha256"))
+    return build_dense(documents, out, config, corpus_sha256=options.get("corpus_sha256"),
+                       computed=options.get("_dense_vectors"))
 
 
 def _build_deepct(documents: Iterator[Document], out: Path, options: dict) -> dict:
@@ -120,6 +121,7 @@ def build_index(
     prune=None,
     device: str | None = None,
     shard=None,
+    ray=None,
 ) -> dict:
     """Build the requested components of an index for ``collection`` at ``out``; return the manifest.
 
@@ -129,7 +131,11 @@ def build_index(
     ``prune``: a :class:`indexer.quality.prune.PruneSpec`; the corpus is scored first and the pruned documents are
     left out of every component (never weighted, encoded or indexed). ``device``: the quality estimator's.
     ``shard``: an :class:`indexer.shards.ShardSpec`; only the shard's documents are indexed (pruning still scores the
-    whole corpus, so a shard keeps what the whole index keeps), and the manifest records the shard."""
+    whole corpus, so a shard keeps what the whole index keeps), and the manifest records the shard.
+    ``ray``: an :class:`indexer.distributed.RayOptions`; the per-document steps (term weighting, dense encoding) then
+    run on Ray workers into resumable shard files, and the components are built from them (:mod:`indexer.distributed`)."""
+    if ray is not None and shard is not None:
+        raise InputError("--ray and --shard do not go together yet: build each shard's index in a process of its own")
     unknown = [c for c in components if c not in COMPONENTS]
     if unknown:
         raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
@@ -151,6 +157,14 @@ def build_index(
         keep = None
         if prune is not None:
             manifest["pruning"], keep = _prune(corpus, prune, tmp, device)
+        if ray is not None:
+            from indexer.dense import DenseConfig
+            from indexer.distributed import compute_shards
+
+            if "dense" in components and not isinstance(dense, DenseConfig):
+                dense = options["dense"] = DenseConfig(**(dense or {}))
+            manifest["distributed"] = compute_shards(corpus, tuple(components), options, keep, out, ray,
+                                                     dense=dense if "dense" in components else None, device=device)
         stats = None
         in_shard: list[int] = []  # documents of the shard indexed, one count per component
         for name in dict.fromkeys(components):
@@ -184,4 +198,8 @@ def build_index(
         if keep is not None:
             manifest["timings"]["quality_seconds"] = manifest["pruning"]["seconds"]
         write_manifest(tmp, manifest)
+    if ray is not None:
+        from indexer.distributed import finish
+
+        finish(manifest["distributed"], ray)
     return manifest

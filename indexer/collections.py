@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from weir.trec import iter_qrels, read_lines, read_topics
+from weir.trec import iter_qrels, read_located_lines, read_topics
 from weir.types import Document, InputError, Query
 
 
@@ -49,11 +49,17 @@ class Corpus:
         self.stats = CorpusStats()
 
     def __iter__(self) -> Iterator[Document]:
+        for _, _, doc in self.located():
+            yield doc
+
+    def located(self) -> Iterator[tuple[int, int, Document]]:
+        """The documents as :meth:`__iter__` gives them, each with the byte offset and number of its line (where
+        :meth:`read_block` can start reading again)."""
         stats = self.stats = CorpusStats()
         digest = hashlib.sha256()
         seen: set[str] = set()
         parse = self._parse_tsv if self.format == "tsv" else self._parse_json
-        for lineno, line in read_lines(self.path, digest):
+        for offset, lineno, line in read_located_lines(self.path, digest):
             if not line.strip():
                 continue
             doc = parse(lineno, line)
@@ -73,9 +79,33 @@ class Corpus:
                 stats.skipped_empty.append(doc.id)
                 continue
             stats.documents += 1
-            yield doc
+            yield offset, lineno, doc
         stats.bytes = self.path.stat().st_size
         stats.sha256 = digest.hexdigest()
+
+    def read_block(self, offset: int, lineno: int, count: int, keep=None) -> list[Document]:
+        """``count`` documents read from the line at byte ``offset`` (line number ``lineno``), empty documents
+        skipped when :attr:`skip_empty` and, given ``keep`` (a set of ids), the others too: one block of a corpus
+        whole passes have validated (a distributed build's worker reads its block this way; ids are not checked
+        for duplicates across blocks here)."""
+        parse = self._parse_tsv if self.format == "tsv" else self._parse_json
+        docs: list[Document] = []
+        for _, n, line in read_located_lines(self.path, None, offset, lineno):
+            if len(docs) == count:
+                break
+            if not line.strip():
+                continue
+            doc = parse(n, line)
+            if not doc.title.strip() and not doc.text.strip():
+                if not self.skip_empty:
+                    raise InputError(f"{self.path}:{n}: document {doc.id!r} is empty (no title, no text)")
+                continue
+            if keep is None or doc.id in keep:
+                docs.append(doc)
+        if len(docs) != count:
+            raise InputError(f"{self.path}: the block from line {lineno} has {len(docs)} documents, {count} expected "
+                             "(the corpus changed since the build was planned)")
+        return docs
 
     def _parse_json(self, lineno: int, line: str) -> Document:
         try:

@@ -162,9 +162,10 @@ class ReusedVectors:
 
 
 def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | None = None, *,
-                corpus_sha256: str | None = None) -> dict:
+                corpus_sha256: str | None = None, computed=None) -> dict:
     """Encode ``documents`` (title + " " + text, as the BEIR figures) and write the dense component to ``out``;
-    return its manifest entry (minus checksums)."""
+    return its manifest entry (minus checksums). ``computed``: a function from a chunk of documents to their vectors,
+    already encoded elsewhere with this config's encoder (the shards of a distributed build)."""
     import faiss
 
     from indexer.encoder import shared_encoder
@@ -184,7 +185,9 @@ def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | 
     n = 0
     with open(out / DOCIDS_FILE, "w", encoding="utf-8") as ids, open(raw_path, "wb") as raw:
         for chunk in batched(documents, config.chunk_size):
-            if reuse is None:
+            if computed is not None:
+                vectors = computed(chunk)
+            elif reuse is None:
                 vectors = encoder.encode_passages([d.contents for d in chunk])
             else:
                 vectors = reuse.vectors(chunk, encoder.encode_passages)

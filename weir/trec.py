@@ -19,15 +19,23 @@ from weir.types import InputError, Query
 
 def read_lines(path: Path, digest=None) -> Iterator[tuple[int, str]]:
     """Yield (line number, decoded line) from a file read as bytes, feeding ``digest``; strict UTF-8."""
+    for _, lineno, line in read_located_lines(path, digest):
+        yield lineno, line
+
+
+def read_located_lines(path: Path, digest=None, offset: int = 0, lineno: int = 1) -> Iterator[tuple[int, int, str]]:
+    """Yield (byte offset, line number, decoded line) from byte ``offset`` (line ``lineno``) on, feeding ``digest``;
+    strict UTF-8."""
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+        f.seek(offset)
+        for n, raw in enumerate(f, start=lineno):
             if digest is not None:
                 digest.update(raw)
             try:
-                yield lineno, raw.decode("utf-8")
+                yield offset, n, raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise InputError(
-                    f"{path}:{lineno}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 4]!r})") from None
+                raise InputError(f"{path}:{n}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 4]!r})") from None
+            offset += len(raw)
 
 
 _TREC_TOPIC = re.compile(r"<top>(.*?)</top>", re.S | re.I)

@@ -9,7 +9,9 @@
   document, term repeated q times), scored by ``ImpactSimilarity``.
 
 Both components of one build share one encoder pass when their heads share a backbone (and read the term vector
-cache of :mod:`indexer.weighting.cache` when one exists for these documents). The manifest entry records the
+cache of :mod:`indexer.weighting.cache` when one exists for these documents). Term vectors come rounded to float16, as
+the cache stores them: a build gives the same weights with or without the cache, and in one process or on Ray
+workers (:mod:`indexer.distributed`, which runs the same batches of :data:`BATCH` documents). The manifest entry records the
 model card and its sha256, the quantization parameters and counts.
 """
 
@@ -52,7 +54,11 @@ def pseudo_document(terms: list[str], counts: np.ndarray) -> str:
     return " ".join(" ".join([t] * int(c)) for t, c in zip(terms, counts) if c >= 1)
 
 
-def _model_path(kind: str, options: dict) -> Path:
+def learned_kinds(components) -> list[str]:
+    return [k for k in ("deepct", "deepimpact") if k in components]
+
+
+def model_path(kind: str, options: dict) -> Path:
     given = (options.get("learned") or {}).get(f"{kind}_model")
     return Path(given) if given else shipped_model(DEFAULT_MODELS[kind])
 
@@ -72,13 +78,13 @@ def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[l
     kinds = [k for k in ("deepct", "deepimpact") if k in (options.get("components") or (kind,))] or [kind]
     if kind not in kinds:
         kinds.append(kind)
-    first = TermWeighter(_model_path(kind, options), device=learned.get("device"),
+    first = TermWeighter(model_path(kind, options), device=learned.get("device"),
                          batch_size=learned.get("batch_size") or 32)
     models = {kind: first}
     for other in kinds:
         if other == kind:
             continue
-        path = _model_path(other, options)
+        path = model_path(other, options)
         card = json.loads((path / "card.json").read_text(encoding="utf-8")) if (path / "card.json").is_file() else {}
         if card.get("base_model") == first.card["base_model"] and card.get("max_length") == first.card.get("max_length"):
             models[other] = TermWeighter(path, backbone=first.backbone, batch_size=first.batch_size)

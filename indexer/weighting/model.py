@@ -50,17 +50,46 @@ FACTOR_LOG_BOUND = math.log(2.0)  # a BM25-shaped head multiplies its prior by a
 DEEPCT_RESOLUTION = 10  # BM25-shaped DeepCT writes tf' = round(10 * tf * factor), searched with k1 = 10 * 0.9
 
 
-class TermStatistics:
-    """Term counts of every document and document frequencies of a corpus, for the optional lexical features."""
+class CollectionStatistics:
+    """What a BM25-shaped prior needs of a whole collection: document frequencies, the number of documents and of
+    terms. Gathered one document at a time (:meth:`add`), so a distributed build can give every worker the whole
+    collection's statistics while each worker holds only its own block's documents."""
 
-    def __init__(self, texts: Iterable[str]):
+    def __init__(self):
+        from collections import Counter
+
+        self.df: Counter = Counter()
+        self.n_docs = 0
+        self.total_terms = 0
+
+    def add(self, text: str) -> None:
+        from indexer.weighting.terms import terms
+
+        ts = terms(text)
+        self.df.update(set(ts))
+        self.n_docs += 1
+        self.total_terms += len(ts)
+
+
+class TermStatistics:
+    """Term counts of every document and document frequencies of a corpus, for the optional lexical features.
+
+    ``collection``: the statistics of the whole collection ``texts`` belong to (document ``i`` is then ``texts[i]``
+    of a block, its frequencies and lengths its own, df and average length the collection's)."""
+
+    def __init__(self, texts: Iterable[str], *, collection: CollectionStatistics | None = None):
         from collections import Counter
 
         from indexer.weighting.terms import terms
 
         self.counts = [Counter(terms(t)) for t in texts]
-        self.df: Counter = Counter(t for c in self.counts for t in c)
-        self.n_docs = len(self.counts)
+        if collection is None:
+            self.df: Counter = Counter(t for c in self.counts for t in c)
+            self.n_docs = len(self.counts)
+            total = sum(sum(c.values()) for c in self.counts)
+        else:
+            self.df, self.n_docs, total = collection.df, collection.n_docs, collection.total_terms
+        self.avgdl = max(total / max(self.n_docs, 1), 1e-9)
 
     def tf(self, i: int, doc_terms: Sequence[str]) -> np.ndarray:
         counts = self.counts[i]
@@ -75,12 +104,6 @@ class TermStatistics:
         df = np.array([self.df.get(t, 0) for t in doc_terms], dtype=np.float64)
         idf = np.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
         return idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / self.avgdl))
-
-    @property
-    def avgdl(self) -> float:
-        if not hasattr(self, "_avgdl"):
-            self._avgdl = max(sum(sum(c.values()) for c in self.counts) / max(self.n_docs, 1), 1e-9)
-        return self._avgdl
 
     def prior(self, kind: str, i: int, doc_terms: Sequence[str]) -> np.ndarray:
         """The BM25-shaped prior of a ``kind`` head for the terms of document ``i``: the BM25 weight (DeepImpact), or
@@ -195,7 +218,9 @@ class Backbone:
             yield ids, marks
 
     def term_vectors(self, texts: Sequence[str], batch_size: int = 32) -> list[tuple[list[str], np.ndarray]]:
-        """Per text: (unique terms, float32 (n_terms, dim) first-occurrence vectors)."""
+        """Per text: (unique terms, float32 (n_terms, dim) first-occurrence vectors), rounded to float16 precision as
+        the term vector cache stores them, so that weights are the same whether the vectors come from the cache or
+        not."""
         torch = self._torch
         parsed = [passage_terms(t) for t in texts]
         out = [(terms, np.zeros((len(terms), self.dim), dtype=np.float32)) for _, terms, _ in parsed]
@@ -237,7 +262,7 @@ class Backbone:
                     for pos, r in marks:
                         for row in rows_of_word[ti][first[r]]:
                             out[ti][1][row] = hidden[j, pos]
-        return out
+        return [(terms, v.astype(np.float16).astype(np.float32)) for terms, v in out]
 
 
 class TermWeighter:

@@ -15,15 +15,16 @@ def cmd_build(args) -> int:
         from indexer.dense import DenseConfig
 
         dense = DenseConfig(index=args.dense_index, model=args.dense_model, device=args.device,
-                            batch_size=args.batch_size, hnsw_m=args.hnsw_m, ef_construction=args.ef_construction,
-                            ef_search=args.ef_search, nlist=args.nlist, pq_m=args.pq_m, nbits=args.nbits,
+                            batch_size=args.batch_size, chunk_size=args.dense_chunk_size, hnsw_m=args.hnsw_m,
+                            ef_construction=args.ef_construction, ef_search=args.ef_search, nlist=args.nlist,
+                            pq_m=args.pq_m, nbits=args.nbits,
                             nprobe=args.nprobe, vectors_from=args.dense_vectors_from)
         dense.check()
     learned = {"deepct_model": args.deepct_model, "deepimpact_model": args.deepimpact_model, "device": args.device}
     prune = prune_spec(args)
     manifest = build_index(args.collection, args.out, components=components, overwrite=args.overwrite,
                            skip_empty=args.skip_empty, threads=args.threads, dense=dense, learned=learned,
-                           prune=prune, device=args.device, shard=shard_spec(args.shard))
+                           prune=prune, device=args.device, shard=shard_spec(args.shard), ray=ray_options(args))
     counts = manifest["counts"]
     sizes = ", ".join(f"{n} {c['bytes'] / 2**20:.1f} MiB ({c['build_seconds']:.1f}s)"
                       for n, c in manifest["components"].items())
@@ -44,6 +45,18 @@ def shard_spec(text):
     from indexer.shards import ShardSpec
 
     return ShardSpec.parse(text)
+
+
+def ray_options(args):
+    """The distributed build asked for by --ray (None without it)."""
+    if args.ray is None:
+        return None
+    from indexer.distributed import RayOptions
+
+    options = RayOptions(address=args.ray, workers=args.ray_workers, cpus_per_worker=args.ray_cpus_per_worker,
+                         block_size=args.ray_block_size, work_dir=args.ray_work_dir, keep_shards=args.keep_shards)
+    options.check()
+    return options
 
 
 def prune_spec(args):
@@ -110,6 +123,9 @@ def add_parsers(sub) -> None:
                    help="encoder: Hugging Face name or local path (default: all-MiniLM-L6-v2, offline copy)")
     d.add_argument("--device", default=None, help="encoding device (default: cuda when available, else cpu)")
     d.add_argument("--batch-size", type=int, default=64, help="passages per forward pass (default 64)")
+    d.add_argument("--dense-chunk-size", type=int, default=1024,
+                   help="passages encoded (and held in memory) at a time (default 1024); the embeddings depend on it "
+                   "in their last bits, since passages are batched by length within a chunk")
     d.add_argument("--hnsw-m", type=int, default=32, help="HNSW: neighbours per node M (default 32)")
     d.add_argument("--ef-construction", type=int, default=200, help="HNSW: efConstruction (default 200)")
     d.add_argument("--ef-search", type=int, default=128, help="HNSW: efSearch stored as the default (default 128)")
@@ -121,6 +137,25 @@ def add_parsers(sub) -> None:
                    help="reuse the vectors of INDEX (same corpus file, a flat dense component of the same encoder) "
                    "for the documents it has, encoding only the others: a rebuild with other pruning or another "
                    "faiss index type without encoding again")
+    r = b.add_argument_group(
+        "distributed build on Ray (--ray)",
+        "The per-document steps (DeepCT / DeepImpact term weighting, dense encoding) run on Ray workers, block by "
+        "block, into shard files; the components are then built from the shards as in one process, giving the same "
+        "index. An interrupted build run again with the same arguments computes only the blocks without a shard; a "
+        "worker that dies has its block retried. The corpus must be readable at the same path on every node.")
+    r.add_argument("--ray", metavar="ADDRESS", nargs="?", const="local", default=None,
+                   help="'local' (the default when --ray is given bare): a Ray instance on this machine, started and "
+                   "stopped by the build; 'auto': the running cluster (RAY_ADDRESS or `ray start`); or a cluster "
+                   "address such as ray://HOST:10001")
+    r.add_argument("--ray-workers", type=int, default=2, help="workers (Ray actors) running the steps (default 2)")
+    r.add_argument("--ray-cpus-per-worker", type=float, default=None,
+                   help="CPUs (and torch threads) per worker (default: this machine's cores / workers; with GPUs in "
+                   "the cluster each worker takes one GPU instead)")
+    r.add_argument("--ray-block-size", type=int, default=None,
+                   help="documents per block and shard, a multiple of the steps' batches (default 1024)")
+    r.add_argument("--ray-work-dir", metavar="DIR", default=None,
+                   help="where the shards are kept until the index is in place (default: OUT.shards beside it)")
+    r.add_argument("--keep-shards", action="store_true", help="keep the work directory after a successful build")
     lw = b.add_argument_group("learned term weighting (--with ...,deepct,deepimpact)")
     lw.add_argument("--deepct-model", default=None,
                     help="trained DeepCT model directory (default: models/deepct; `weir train deepct`)")

@@ -1,0 +1,504 @@
+"""Distributed index builds on Ray (``weir index build --ray``): the per-document steps run in a Ray Data actor pool.
+
+What costs a build its time is per document: the transformer passes of term weighting (DeepCT, DeepImpact) and of
+dense encoding. Here those steps run on Ray workers, block by block, and write shard files; then
+:func:`indexer.build.build_index` builds every component from the shards with the code of a single-process build
+(Anserini's multi-threaded indexer for the Lucene components, faiss for the dense one). The result is an ordinary
+index directory with its manifest; the manifest's ``distributed`` entry says how it was computed.
+
+- **Blocks.** The driver reads the corpus once (validating it as every build does) and cuts the documents to be
+  indexed into blocks of ``block_size`` consecutive documents, each located by the byte offset of its first line.
+  ``block_size`` is a multiple of the term weighting batch (256 documents) and of the dense chunk (1024 by default):
+  a worker runs exactly the forward passes a single process runs, over the same documents, so weights and vectors
+  are the same bits (a transformer's output for a row changes in its last bits with the other rows of its batch).
+- **Statistics.** A BM25-shaped head needs the whole collection's document frequencies and mean length. The driver
+  gathers them in its reading pass and hands them to every worker once (``ray.put``).
+- **Workers.** Ray Data ``map_batches`` over the blocks with an actor pool of ``workers`` actors: one GPU each when
+  the cluster has GPUs, else ``cpus_per_worker`` CPUs and as many torch threads. Each actor loads its models once
+  and reads its blocks from the corpus file, so the corpus must be on a filesystem every node sees.
+- **Shards.** One file per block under the work directory (default: ``<out>.shards`` beside the index), written
+  atomically. ``plan.json`` fingerprints what the shards depend on (corpus checksum, components, model checksums,
+  encoder settings, block size, the documents kept). A rerun with the same plan computes only the blocks that have
+  no shard yet, so an interrupted build resumes; a changed plan starts afresh. A worker that dies has its block
+  retried on a restarted actor (Ray actor restarts and task retries). The work directory is removed once the index
+  is in place, unless kept.
+
+Written here, not taken from a library: Ray Data gives the pool, the scheduling and the retries. What no library
+gives is the block plan that keeps the single-process build's batches, and the shard files that make a build resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import pickle
+import shutil
+import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from indexer.collections import Corpus
+from weir.provenance import sha256_file
+from weir.types import InputError
+
+PLAN, SHARDS, WORKERS = "plan.json", "shards", "workers"
+PLAN_VERSION = 1
+LOCAL = "local"
+
+
+@dataclass
+class RayOptions:
+    """Where and how wide a distributed build runs.
+
+    ``address``: ``local`` starts a Ray instance on this machine for the build and stops it after (``workers`` x
+    ``cpus_per_worker`` CPUs); ``auto`` joins the running cluster (``RAY_ADDRESS`` or the one started with ``ray
+    start``); anything else is a cluster address (``ray://host:10001`` or ``host:6379``)."""
+
+    address: str = LOCAL
+    workers: int = 2
+    cpus_per_worker: float | None = None   # None: this machine's cores / workers, at least 1 (GPU clusters: 1)
+    block_size: int | None = None          # None: the smallest multiple of both batches >= 1024 documents
+    work_dir: str | None = None            # None: <out>.shards beside the index
+    keep_shards: bool = False
+
+    def check(self) -> None:
+        if self.workers < 1:
+            raise InputError(f"--ray-workers must be >= 1 (got {self.workers})")
+        if self.cpus_per_worker is not None and self.cpus_per_worker <= 0:
+            raise InputError(f"--ray-cpus-per-worker must be > 0 (got {self.cpus_per_worker})")
+
+
+@dataclass(frozen=True)
+class Block:
+    index: int
+    offset: int
+    lineno: int
+    count: int
+
+
+def block_size(requested: int | None, dense, weighting: bool) -> int:
+    """A block length that keeps every step's batches: a multiple of the term weighting batch (when weighting) and of
+    the dense chunk (when encoding)."""
+    from indexer.weighting.build import BATCH
+
+    unit = 1
+    if weighting:
+        unit = math.lcm(unit, BATCH)
+    if dense is not None:
+        unit = math.lcm(unit, int(dense.chunk_size))
+    if requested is None:
+        return unit * max(1, math.ceil(1024 / unit))
+    if requested < 1 or requested % unit:
+        raise InputError(f"--ray-block-size must be a positive multiple of {unit} (the batches of the steps asked "
+                         f"for, which a worker must run as one process does); got {requested}")
+    return requested
+
+
+def work_directory(out: Path, ray: RayOptions) -> Path:
+    return Path(ray.work_dir) if ray.work_dir else Path(out).absolute().with_name(Path(out).name + ".shards")
+
+
+def _model_fingerprints(kinds: list[str], options: dict) -> dict:
+    from indexer.weighting.build import model_path
+
+    prints = {}
+    for kind in kinds:
+        path = model_path(kind, options)
+        if not (path / "card.json").is_file() or not (path / "head.pt").is_file():
+            raise InputError(f"{path}: not a trained term weighting model (needs card.json and head.pt)")
+        prints[kind] = {"path": str(path.resolve()), "card_sha256": sha256_file(path / "card.json"),
+                        "head_sha256": sha256_file(path / "head.pt")}
+    return prints
+
+
+def _dense_settings(dense) -> dict | None:
+    if dense is None:
+        return None
+    from weir.runtime import model_fingerprint, resolve_model
+
+    settings = {k: v for k, v in asdict(dense).items() if k in ("model", "batch_size", "chunk_size", "max_length")}
+    return {**settings, "model_sha256": model_fingerprint(resolve_model(dense.model))}
+
+
+def plan_blocks(corpus: Corpus, size: int, keep: set[str] | None, statistics: bool):
+    """One validating pass over the corpus: the blocks of the documents to index, and (when ``statistics``) the
+    whole collection's term statistics over those documents."""
+    from indexer.weighting.model import CollectionStatistics
+
+    stats = CollectionStatistics() if statistics else None
+    blocks: list[Block] = []
+    start = None
+    count = 0
+    located = corpus.located()
+    for offset, lineno, doc in tqdm(located, desc="planning blocks", unit="doc", mininterval=1.0):
+        if keep is not None and doc.id not in keep:
+            continue
+        if count == 0:
+            start = (offset, lineno)
+        count += 1
+        if stats is not None:
+            stats.add(doc.contents)
+        if count == size:
+            blocks.append(Block(len(blocks), start[0], start[1], count))
+            count = 0
+    if count:
+        blocks.append(Block(len(blocks), start[0], start[1], count))
+    return blocks, stats
+
+
+class BlockWorker:
+    """A Ray Data actor: loads the models once, then per block reads the documents, runs the steps, writes a shard."""
+
+    def __init__(self, *, corpus: str, skip_empty: bool, keep, stats, work_dir: str, learned: dict, kinds: list[str],
+                 dense, threads: int | None, device: str | None):
+        import ray
+
+        from indexer.encoder import Encoder
+        from indexer.weighting.model import Backbone, TermWeighter
+
+        def resolved(value):
+            return ray.get(value) if isinstance(value, ray.ObjectRef) else value
+
+        self.corpus = Corpus(corpus, skip_empty=skip_empty)
+        self.keep, self.stats = resolved(keep), resolved(stats)
+        self.work = Path(work_dir)
+        self.models: dict[str, TermWeighter] = {}
+        first = None
+        for kind in kinds:
+            path = learned[kind]
+            card = json.loads((Path(path) / "card.json").read_text(encoding="utf-8"))
+            if first is None or card.get("base_model") != first.card["base_model"] or \
+                    card.get("max_length") != first.card.get("max_length"):
+                backbone = Backbone(card["base_model"], device=device, threads=threads,
+                                    max_length=int(card.get("max_length", 256)))
+            else:
+                backbone = first.backbone
+            model = TermWeighter(path, backbone=backbone, batch_size=learned.get("batch_size") or 32)
+            self.models[kind] = model
+            first = first or model
+        self.dense = dense
+        self.encoder = None
+        if dense is not None:
+            options = {"device": device, "batch_size": dense.batch_size, "threads": threads}
+            if dense.max_length:
+                options["passage_max_length"] = dense.max_length
+            self.encoder = Encoder(dense.model, **options)
+        (self.work / WORKERS).mkdir(parents=True, exist_ok=True)
+        # who is working, for operators (and the tests that stop a worker mid-build)
+        (self.work / WORKERS / str(os.getpid())).write_text(socket.gethostname() + "\n", encoding="utf-8")
+
+    def _weights(self, docs) -> tuple[dict, float]:
+        from indexer.weighting.build import BATCH
+        from indexer.weighting.model import TermStatistics
+
+        if not self.models:
+            return {}, 0.0
+        started = time.perf_counter()
+        stats = TermStatistics([d.contents for d in docs], collection=self.stats) if self.stats is not None else None
+        first = next(iter(self.models.values()))
+        backbones = {id(m.backbone): m.backbone for m in self.models.values()}
+        results: dict[str, list] = {k: [] for k in self.models}
+        vectors: dict[int, list] = {}
+        for key, backbone in backbones.items():
+            vectors[key] = []
+            for start in range(0, len(docs), BATCH):
+                vectors[key].extend(backbone.term_vectors([d.contents for d in docs[start:start + BATCH]],
+                                                          first.batch_size))
+        for kind, model in self.models.items():
+            for i, (terms, v) in enumerate(vectors[id(model.backbone)]):
+                results[kind].append((terms, model.weigh(v, stats, i, terms)))
+        return results, time.perf_counter() - started
+
+    def _vectors(self, docs) -> tuple[np.ndarray | None, float]:
+        if self.encoder is None:
+            return None, 0.0
+        started = time.perf_counter()
+        size = int(self.dense.chunk_size)
+        parts = [self.encoder.encode_passages([d.contents for d in docs[s:s + size]]) for s in range(0, len(docs), size)]
+        return np.concatenate(parts), time.perf_counter() - started
+
+    def __call__(self, batch: dict) -> dict:
+        out: dict[str, list] = {"block": [], "documents": [], "read_seconds": [], "weighting_seconds": [],
+                                "dense_seconds": [], "worker": []}
+        for i, offset, lineno, count in zip(batch["index"], batch["offset"], batch["lineno"], batch["count"]):
+            started = time.perf_counter()
+            docs = self.corpus.read_block(int(offset), int(lineno), int(count), self.keep)
+            read = time.perf_counter() - started
+            weights, weighting = self._weights(docs)
+            vectors, dense = self._vectors(docs)
+            shard = {"docids": [d.id for d in docs], "weights": weights, "dense": vectors,
+                     "models": {k: {**m.describe(), "card": m.card, "search": m.search_parameters()}
+                                for k, m in self.models.items()},
+                     "seconds": {"read": read, "term_weighting": weighting, "dense": dense},
+                     "worker": f"{socket.gethostname()}:{os.getpid()}"}
+            write_shard(self.work, int(i), shard)
+            for key, value in (("block", int(i)), ("documents", len(docs)), ("read_seconds", read),
+                               ("weighting_seconds", weighting), ("dense_seconds", dense),
+                               ("worker", shard["worker"])):
+                out[key].append(value)
+        return out
+
+
+def shard_path(work: Path, index: int) -> Path:
+    return work / SHARDS / f"{index:06d}.pkl"
+
+
+def write_shard(work: Path, index: int, shard: dict) -> None:
+    path = shard_path(work, index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        pickle.dump(shard, f, protocol=5)
+    os.replace(tmp, path)
+
+
+def read_shard(work: Path, index: int) -> dict:
+    with open(shard_path(work, index), "rb") as f:
+        return pickle.load(f)
+
+
+def _start_ray(ray_options: RayOptions, gpus: bool | None = None):
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if ray.is_initialized():
+        return False
+    if ray_options.address == LOCAL:
+        cpus = ray_options.workers * _cpus_per_worker(ray_options)
+        ray.init(address="local", num_cpus=max(1, math.ceil(cpus)), include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    else:
+        ray.init(address=ray_options.address, log_to_driver=False)
+    return True
+
+
+def _restartable() -> dict:
+    """A worker that dies is restarted and its block retried (Ray actor restarts and task retries)."""
+    return {"max_restarts": -1, "max_task_retries": -1}
+
+
+def _cpus_per_worker(ray_options: RayOptions) -> float:
+    if ray_options.cpus_per_worker:
+        return float(ray_options.cpus_per_worker)
+    return float(max(1, (os.cpu_count() or 1) // ray_options.workers))
+
+
+def compute_shards(corpus: Corpus, components: tuple[str, ...], options: dict, keep: set[str] | None, out: Path,
+                   ray_options: RayOptions, *, dense=None, device: str | None = None) -> dict:
+    """Run the per-document steps of ``components`` on Ray (resuming from the shards of an interrupted run), then
+    hand their results to the builders through ``options``; return the manifest's ``distributed`` entry."""
+    from indexer.weighting.build import learned_kinds, model_path
+
+    ray_options.check()
+    started = time.perf_counter()
+    kinds = learned_kinds(components)
+    if dense is not None and dense.vectors_from:
+        raise InputError("--dense-vectors-from and --ray do not go together: reuse vectors in a single-process build")
+    size = block_size(ray_options.block_size, dense, bool(kinds))
+    work = work_directory(out, ray_options)
+    learned = options.get("learned") or {}
+    fingerprints = _model_fingerprints(kinds, options)
+    needs_statistics = False
+    for kind in kinds:
+        card = json.loads((model_path(kind, options) / "card.json").read_text(encoding="utf-8"))
+        needs_statistics |= card.get("shape") == "bm25" or bool(card.get("features"))
+    blocks, stats = plan_blocks(corpus, size, keep, needs_statistics)
+    keep_digest = None
+    if keep is not None:
+        keep_digest = hashlib.sha256("\n".join(sorted(keep)).encode()).hexdigest()
+    plan = {"version": PLAN_VERSION, "corpus": str(corpus.path.resolve()), "corpus_sha256": corpus.stats.sha256,
+            "skip_empty": corpus.skip_empty, "kept_sha256": keep_digest, "block_size": size, "blocks": len(blocks),
+            "term_weighting": fingerprints, "dense": _dense_settings(dense)}
+    previous = None
+    if (work / PLAN).is_file():
+        previous = json.loads((work / PLAN).read_text(encoding="utf-8"))
+    if previous != plan:
+        if previous is not None:
+            tqdm.write(f"{work}: shards of another plan (corpus, models or settings changed); starting afresh")
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        (work / PLAN).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    done = {b.index for b in blocks if shard_path(work, b.index).is_file()}
+    pending = [b for b in blocks if b.index not in done]
+    ran = {}
+    if pending:
+        job = {"ray": asdict(ray_options), "pending": [asdict(b) for b in pending], "total": sum(b.count for b in blocks),
+               "initial": sum(b.count for b in blocks if b.index in done), "keep": keep, "stats": stats,
+               "worker": {"corpus": str(corpus.path.resolve()), "skip_empty": corpus.skip_empty,
+                          "work_dir": str(work.resolve()), "kinds": kinds, "dense": dense,
+                          "learned": {**{k: str(model_path(k, options)) for k in kinds},
+                                      "batch_size": learned.get("batch_size")},
+                          "device": device or learned.get("device")}}
+        ran = _run_child(work, job)
+    _hand_over(work, blocks, kinds, dense, options)
+    computed = [read_shard(work, b.index) for b in pending]
+    steps = {}
+    for step in ("term_weighting", "dense", "read"):
+        seconds = float(sum(sh["seconds"][step] for sh in computed))
+        documents = int(sum(len(sh["docids"]) for sh in computed))
+        if seconds > 0:
+            steps[step] = {"worker_seconds": round(seconds, 3), "documents": documents,
+                           "passages_per_worker_second": round(documents / seconds, 2)}
+    return {"ray": ray_options.address, "workers": ray_options.workers, "cpus_per_worker": ran.get("cpus"),
+            "gpus_per_worker": ran.get("gpus"), "block_size": size, "blocks": len(blocks), "blocks_reused": len(done),
+            "blocks_computed": len(pending), "workers_seen": sorted({sh["worker"] for sh in computed}),
+            "steps": steps, "ray_seconds": ran.get("seconds"), "wall_seconds": round(time.perf_counter() - started, 3),
+            "work_dir": str(work),
+            "statistics": "the whole collection's (gathered by the driver)" if stats is not None else None}
+
+
+def _run_child(work: Path, job: dict) -> dict:
+    """Run the Ray part of the build in a child process: Ray's signal handlers and the JVM's (Lucene, the analyzer)
+    do not share one process safely (a Ray driver started after the JVM was seen to crash it with SIGSEGV here), and
+    the driver's own memory stays clear of Ray's."""
+    import subprocess
+    import sys
+
+    spec, result = work / "job.pkl", work / "job-result.json"
+    with open(spec, "wb") as f:
+        pickle.dump(job, f, protocol=5)
+    result.unlink(missing_ok=True)
+    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+    code = subprocess.run([sys.executable, "-m", "indexer.distributed", str(spec)], env=env, check=False).returncode
+    if code != 0 or not result.is_file():
+        failure = (work / "job-error.txt").read_text(encoding="utf-8") if (work / "job-error.txt").is_file() else ""
+        raise InputError(f"the Ray workers failed (exit code {code}){': ' + failure if failure else ''}; the "
+                         f"finished shards are kept in {work}: run the same build again to resume")
+    return json.loads(result.read_text(encoding="utf-8"))
+
+
+def _exit_with_parent() -> None:
+    """Stop (Ray and its workers with us, by SIGTERM's handler) when the build that started this process is gone:
+    a driver killed outright must not leave its workers computing."""
+    import signal
+    import threading
+
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _run_job(spec: Path) -> None:
+    """The child process: start or join Ray, run the pending blocks through the actor pool, report."""
+    import ray
+    import ray.data
+
+    with open(spec, "rb") as f:
+        job = pickle.load(f)
+    work = spec.parent
+    _exit_with_parent()
+    options = RayOptions(**job["ray"])
+    started = time.perf_counter()
+    started_here = _start_ray(options)
+    try:
+        resources = ray.cluster_resources()
+        gpus = 1 if resources.get("GPU", 0) >= 1 else 0
+        cpus = _cpus_per_worker(options) if not gpus else 1.0
+        if gpus and resources.get("GPU", 0) < options.workers:
+            raise InputError(f"--ray-workers {options.workers}: the cluster has {resources['GPU']:g} GPUs (one per "
+                             "worker); ask for fewer workers")
+        if options.workers * cpus > resources.get("CPU", 0):
+            raise InputError(f"--ray-workers {options.workers} x {cpus:g} CPUs: the cluster has "
+                             f"{resources.get('CPU', 0):g} CPUs; ask for fewer workers or --ray-cpus-per-worker")
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        kwargs = {**job["worker"], "keep": ray.put(job["keep"]) if job["keep"] is not None else None,
+                  "stats": ray.put(job["stats"]) if job["stats"] is not None else None,
+                  "threads": None if gpus else max(1, int(cpus)),
+                  "device": "cuda" if gpus else (job["worker"]["device"] or "cpu")}
+        items = job["pending"]
+        ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+            BlockWorker, batch_size=1,
+            compute=ray.data.ActorPoolStrategy(size=options.workers, max_tasks_in_flight_per_actor=1),
+            fn_constructor_kwargs=kwargs, num_cpus=cpus, num_gpus=gpus, ray_remote_args_fn=_restartable)
+        steps = "+".join([*job["worker"]["kinds"], *(["dense"] if job["worker"]["dense"] is not None else [])])
+        with tqdm(total=job["total"], initial=job["initial"], desc=f"ray: {steps} on {options.workers} worker(s)",
+                  unit="doc", mininterval=1.0) as bar:
+            for row in ds.iter_rows():
+                bar.update(int(row["documents"]))
+    finally:
+        if started_here:
+            ray.shutdown()
+    (work / "job-result.json").write_text(json.dumps({"cpus": cpus, "gpus": gpus,
+                                                      "seconds": round(time.perf_counter() - started, 3)}))
+
+
+class ShardVectors:
+    """The dense vectors of the shards, chunk by chunk in corpus order (one shard held at a time)."""
+
+    def __init__(self, work: Path, blocks: list[Block]):
+        self.work, self.blocks = work, blocks
+        self.current = -1
+        self.ids: list[str] = []
+        self.vectors = None
+        self.position = 0
+
+    def __call__(self, chunk) -> np.ndarray:
+        parts = []
+        needed = len(chunk)
+        while needed:
+            if self.vectors is None or self.position == len(self.ids):
+                self.current += 1
+                shard = read_shard(self.work, self.blocks[self.current].index)
+                self.ids, self.vectors, self.position = shard["docids"], shard["dense"], 0
+            take = min(needed, len(self.ids) - self.position)
+            parts.append(self.vectors[self.position:self.position + take])
+            ids = self.ids[self.position:self.position + take]
+            expected = [d.id for d in chunk[len(chunk) - needed:len(chunk) - needed + take]]
+            if ids != expected:
+                raise InputError(f"{self.work}: the shards do not follow the corpus (documents {ids[:1]} vs "
+                                 f"{expected[:1]}); remove the work directory and build again")
+            self.position += take
+            needed -= take
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
+
+def _hand_over(work: Path, blocks: list[Block], kinds: list[str], dense, options: dict) -> None:
+    """Give the builders the shards' results: the learned weights as the memo of :mod:`indexer.weighting.build`, the
+    dense vectors as ``options['_dense_vectors']``."""
+    if kinds:
+        docids: list[str] = []
+        results: dict[str, list] = {k: [] for k in kinds}
+        models = None
+        for block in tqdm(blocks, desc="reading shards", unit="shard", mininterval=1.0):
+            shard = read_shard(work, block.index)
+            docids.extend(shard["docids"])
+            for k in kinds:
+                results[k].extend(shard["weights"][k])
+            models = models or shard["models"]
+        memo = options.setdefault("_learned_memo", {})
+        for k in kinds:
+            memo[k] = (docids, results[k], models[k])
+    if dense is not None:
+        options["_dense_vectors"] = ShardVectors(work, blocks)
+
+
+def finish(entry: dict, ray_options: RayOptions) -> None:
+    """After the index is in place: remove the work directory unless it is to be kept."""
+    if not ray_options.keep_shards:
+        shutil.rmtree(entry["work_dir"], ignore_errors=True)
+
+
+if __name__ == "__main__":
+    import sys
+    import traceback
+
+    job_spec = Path(sys.argv[1])
+    try:
+        _run_job(job_spec)
+    except BaseException as e:  # noqa: BLE001 (the driver reports it, with the shards kept for a resume)
+        message = str(e) if isinstance(e, InputError) else "".join(traceback.format_exception_only(e)).strip()
+        (job_spec.parent / "job-error.txt").write_text(message, encoding="utf-8")
+        traceback.print_exc()
+        sys.exit(1)

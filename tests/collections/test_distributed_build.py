@@ -1,0 +1,159 @@
+"""The distributed build on Ray (``weir index build --ray``, :mod:`indexer.distributed`) gives the single-process
+index: the first 300 documents of Cranfield (real text) in blocks of 256 (the term weighting batch) on 2 local
+workers, so one block of 256 and one of 44. With bm25, deepct, deepimpact and dense and a worker killed mid-build;
+then with bm25, deepct and deepimpact, resumed after the whole build was killed. Every run of every component must
+equal the single-process index's, ids, order and scores, and the dense vectors must be the same bits.
+
+Ray runs in a child process of the build, started here through the command line in a loopback-only network
+namespace where one can be made (root and ``unshare``): there Ray binds 127.0.0.1 only (../shared/DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, collection
+
+pytestmark = pytest.mark.data
+
+DOCUMENTS, BLOCK = 300, 256
+COMPONENTS = "bm25,deepct,deepimpact,dense"
+LEXICAL = "bm25,deepct,deepimpact"
+TIMEOUT = 900
+
+
+def _loopback_only(command: list[str]) -> list[str]:
+    if os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"):
+        quoted = " ".join(f"'{c}'" for c in command)
+        return ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {quoted}"]
+    return command
+
+
+def _build(coll: Path, out: Path, work: Path, components: str = COMPONENTS) -> list[str]:
+    return _loopback_only([sys.executable, "-m", "service.cli", "index", "build", "--collection", str(coll),
+                           "--out", str(out), "--with", components, "--skip-empty", "--dense-chunk-size", str(BLOCK),
+                           "--ray", "--ray-workers", "2", "--ray-cpus-per-worker", "1", "--ray-block-size",
+                           str(BLOCK), "--ray-work-dir", str(work), "--keep-shards"])
+
+
+def _wait_for(predicate, proc: subprocess.Popen, what: str, timeout: float = TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        if proc.poll() is not None:
+            pytest.fail(f"the build ended (exit code {proc.returncode}) before {what}")
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"no {what} within {timeout}s")
+
+
+def _shards(work: Path) -> list[Path]:
+    return sorted(p for p in (work / "shards").glob("*.pkl")) if (work / "shards").is_dir() else []
+
+
+@pytest.fixture(scope="module")
+def subset(tmp_path_factory) -> Path:
+    source = collection("cranfield")
+    coll = tmp_path_factory.mktemp("distributed") / f"cranfield-{DOCUMENTS}"
+    coll.mkdir()
+    with open(source / "corpus.jsonl", encoding="utf-8") as f:
+        lines = [next(f) for _ in range(DOCUMENTS)]
+    (coll / "corpus.jsonl").write_text("".join(lines), encoding="utf-8")
+    for name in ("queries.tsv", "qrels.txt"):
+        shutil.copy(source / name, coll / name)
+    return coll
+
+
+@pytest.fixture(scope="module")
+def single(subset, tmp_path_factory) -> Path:
+    from indexer.build import build_index
+    from indexer.dense import DenseConfig
+
+    out = tmp_path_factory.mktemp("single") / "index"
+    build_index(subset, out, components=tuple(COMPONENTS.split(",")), skip_empty=True,
+                dense=DenseConfig(chunk_size=BLOCK))
+    return out
+
+
+def assert_same_index(single: Path, distributed: Path, coll: Path) -> None:
+    from indexer.index_dir import Index
+    from ranker import registry
+    from weir.trec import read_topics
+
+    a, b = Index(single), Index(distributed)
+    queries = read_topics(coll / "queries.tsv")
+    assert a.manifest["counts"] == b.manifest["counts"]
+    assert b.manifest["counts"]["documents"] == DOCUMENTS
+    built = [c for c in COMPONENTS.split(",") if c in b.manifest["components"]]
+    for name in built:
+        ra, rb = registry.build(name, a)(queries, k=100), registry.build(name, b)(queries, k=100)
+        for q in queries:
+            assert [(h.doc_id, h.score) for h in ra[q.id]] == [(h.doc_id, h.score) for h in rb[q.id]], (name, q.id)
+    if "dense" in built:
+        va = np.load(a.component_path("dense") / "vectors.npy")
+        vb = np.load(b.component_path("dense") / "vectors.npy")
+        assert np.array_equal(va, vb)
+    for kind in ("deepct", "deepimpact"):
+        assert a.manifest["components"][kind]["postings"] == b.manifest["components"][kind]["postings"]
+
+
+def test_a_worker_killed_mid_build_leaves_the_single_process_index(subset, single, tmp_path):
+    out, work, log = tmp_path / "index", tmp_path / "work", tmp_path / "build.log"
+    with open(log, "wb") as stderr:
+        proc = subprocess.Popen(_build(subset, out, work), cwd=ROOT, stdout=stderr, stderr=stderr)
+        first = _wait_for(lambda: _shards(work), proc, "first shard")[0]
+        with open(first, "rb") as f:
+            writer = pickle.load(f)["worker"].rsplit(":", 1)[1]
+        others = [p.name for p in (work / "workers").iterdir() if p.name != writer]
+        victim = int(others[0]) if others else int(writer)
+        os.kill(victim, signal.SIGKILL)
+        assert proc.wait(timeout=TIMEOUT) == 0, log.read_text(errors="replace")[-3000:]
+    distributed = json.loads((out / "manifest.json").read_text())["distributed"]
+    assert distributed["blocks"] == 2 and distributed["blocks_computed"] == 2
+    # the killed actor was restarted: a third worker process registered itself
+    assert len(list((work / "workers").iterdir())) >= 3
+    assert_same_index(single, out, subset)
+
+
+def test_a_build_killed_midway_resumes_from_its_shards(subset, single, tmp_path):
+    out, work, log = tmp_path / "index", tmp_path / "work", tmp_path / "build.log"
+    with open(log, "wb") as stderr:
+        proc = subprocess.Popen(_build(subset, out, work, LEXICAL), cwd=ROOT, stdout=stderr, stderr=stderr,
+                                start_new_session=True)
+        _wait_for(lambda: _shards(work), proc, "first shard")
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray child and the workers, at once
+        proc.wait(timeout=60)
+    finished = len(_shards(work))
+    assert finished == 1
+    _kill_leftover_ray(work)
+    with open(log, "ab") as stderr:
+        rerun = subprocess.run(_build(subset, out, work, LEXICAL), cwd=ROOT, stdout=stderr, stderr=stderr, timeout=TIMEOUT,
+                               check=False)
+    assert rerun.returncode == 0, log.read_text(errors="replace")[-3000:]
+    distributed = json.loads((out / "manifest.json").read_text())["distributed"]
+    assert distributed["blocks_reused"] == finished
+    assert distributed["blocks_computed"] == 2 - finished
+    assert_same_index(single, out, subset)
+
+
+def _kill_leftover_ray(work: Path) -> None:
+    """Ray's own processes outlive a SIGKILL of the session that started them (they are daemons of their own
+    session): stop the workers this build registered."""
+    for p in (work / "workers").iterdir() if (work / "workers").is_dir() else []:
+        try:
+            os.kill(int(p.name), signal.SIGKILL)
+        except ProcessLookupError:
+            pass

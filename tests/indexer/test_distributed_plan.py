@@ -1,0 +1,67 @@
+"""The block plan of a distributed build (no Ray needed): blocks keep the single-process batches, each block reads
+back exactly its documents from its byte offset, and bad block sizes are refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from indexer.collections import Corpus
+from indexer.dense import DenseConfig
+from indexer.distributed import block_size, plan_blocks
+from weir.types import InputError
+
+
+def _corpus(tmp_path, n: int) -> Corpus:
+    lines = []
+    for i in range(n):
+        text = "" if i % 7 == 3 else f"passage {i} about caf\u00e9 number {i}"  # empty ones, and non-ASCII bytes
+        lines.append(json.dumps({"_id": f"d{i}", "title": "", "text": text}, ensure_ascii=False))
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("\n".join(lines) + "\n\n", encoding="utf-8")
+    return Corpus(path, skip_empty=True)
+
+
+def test_block_sizes_are_multiples_of_every_steps_batch():
+    assert block_size(None, None, True) == 1024
+    assert block_size(None, DenseConfig(chunk_size=1000), False) == 2000  # the smallest multiple >= 1024
+    assert block_size(None, DenseConfig(chunk_size=384), True) == 1536  # lcm(256, 384) = 768, twice for >= 1024
+    assert block_size(512, DenseConfig(chunk_size=256), True) == 512
+    with pytest.raises(InputError, match="multiple of 256"):
+        block_size(300, None, True)
+    with pytest.raises(InputError, match="multiple of 1024"):
+        block_size(512, DenseConfig(), True)
+
+
+def test_blocks_read_back_the_documents_of_the_stream(tmp_path):
+    corpus = _corpus(tmp_path, 700)
+    expected = [d.id for d in corpus]
+    keep = set(expected[::2])
+    for kept in (None, keep):
+        blocks, _ = plan_blocks(corpus, 256, kept, statistics=False)
+        read = [d.id for b in blocks for d in corpus.read_block(b.offset, b.lineno, b.count, kept)]
+        assert read == [d for d in expected if kept is None or d in kept]
+        assert all(b.count == 256 for b in blocks[:-1]) and 0 < blocks[-1].count <= 256
+
+
+def test_the_plan_gathers_the_whole_collections_statistics(tmp_path):
+    from indexer.weighting.model import TermStatistics
+
+    corpus = _corpus(tmp_path, 300)
+    docs = list(corpus)
+    _, stats = plan_blocks(corpus, 256, None, statistics=True)
+    whole = TermStatistics(d.contents for d in docs)
+    block = TermStatistics([d.contents for d in docs[256:]], collection=stats)
+    assert (stats.n_docs, dict(stats.df)) == (whole.n_docs, dict(whole.df))
+    assert block.avgdl == whole.avgdl
+    terms = ["passag", "caf\u00e9", "280"]
+    assert block.bm25(0, terms).tolist() == whole.bm25(256, terms).tolist()
+
+
+def test_a_block_that_no_longer_matches_the_corpus_is_an_error(tmp_path):
+    corpus = _corpus(tmp_path, 300)
+    blocks, _ = plan_blocks(corpus, 256, None, statistics=False)
+    last = blocks[-1]
+    with pytest.raises(InputError, match="the corpus changed"):
+        corpus.read_block(last.offset, last.lineno, last.count + 5)
