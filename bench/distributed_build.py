@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -86,19 +87,27 @@ def cmd_scaling(args) -> None:
                 if i == args.documents:
                     break
                 out.write(line)
-        results: dict[int, list[dict]] = {1: [], 2: []}
+        results: dict[int, list[dict]] = {0: [], 1: [], 2: []}
         for r in range(args.rounds):
-            for workers in (1, 2):
+            for workers in (0, 1, 2):  # 0: the single-process build, no Ray
                 out = tmp / f"w{workers}-{r}"
                 cmd = [sys.executable, "-m", "service.cli", "index", "build", "--collection", str(coll), "--out",
-                       str(out), "--with", args.with_, "--skip-empty", "--ray", "--ray-workers", str(workers)]
+                       str(out), "--with", args.with_, "--skip-empty"]
+                if workers:
+                    cmd += ["--ray", "--ray-workers", str(workers)]
+                env = {**os.environ, "WEIR_CACHE": str(tmp / "no-cache")}  # every build encodes
                 subprocess.run(_loopback(cmd), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               cwd=ROOT)
+                               cwd=ROOT, env=env)
                 m = json.loads((out / "manifest.json").read_text())
                 results[workers].append(m)
-                d = m["distributed"]
-                print(f"round {r} workers {workers}: ray {d['ray_seconds']:.1f}s, total {m['timings']['total_seconds']:.1f}s",
-                      flush=True)
+                print(f"round {r} workers {workers}: total {m['timings']['total_seconds']:.1f}s", flush=True)
+        single = results.pop(0)
+        n = single[0]["counts"]["documents"]
+        parts = {c: statistics.median(m["components"][c]["build_seconds"] for m in single)
+                 for c in single[0]["components"]}
+        total = statistics.median(m["timings"]["total_seconds"] for m in single)
+        print(f"single process (2 torch threads): {n} passages, whole build {total:.1f}s; "
+              + ", ".join(f"{c} {s:.1f}s" for c, s in parts.items()))
         for workers, ms in results.items():
             d = [m["distributed"] for m in ms]
             n = ms[0]["counts"]["documents"]

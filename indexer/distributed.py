@@ -129,9 +129,9 @@ def _dense_settings(dense) -> dict | None:
 def plan_blocks(corpus: Corpus, size: int, keep: set[str] | None, statistics: bool):
     """One validating pass over the corpus: the blocks of the documents to index, and (when ``statistics``) the
     whole collection's term statistics over those documents."""
-    from indexer.weighting.model import CollectionStatistics
+    from indexer.weighting.model import CollectionTermCounts
 
-    stats = CollectionStatistics() if statistics else None
+    stats = CollectionTermCounts() if statistics else None
     blocks: list[Block] = []
     start = None
     count = 0
@@ -300,6 +300,9 @@ def compute_shards(corpus: Corpus, components: tuple[str, ...], options: dict, k
     kinds = learned_kinds(components)
     if dense is not None and dense.vectors_from:
         raise InputError("--dense-vectors-from and --ray do not go together: reuse vectors in a single-process build")
+    if not kinds and dense is None:  # bm25 alone: Lucene's multi-threaded indexer is the whole build
+        return {"ray": ray_options.address, "workers": 0, "blocks": 0,
+                "note": "no per-document step (term weighting, dense encoding) asked for: nothing ran on Ray"}
     size = block_size(ray_options.block_size, dense, bool(kinds))
     work = work_directory(out, ray_options)
     learned = options.get("learned") or {}
@@ -321,8 +324,12 @@ def compute_shards(corpus: Corpus, components: tuple[str, ...], options: dict, k
     if previous != plan:
         if previous is not None:
             tqdm.write(f"{work}: shards of another plan (corpus, models or settings changed); starting afresh")
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+            for part in (SHARDS, WORKERS):
+                shutil.rmtree(work / part, ignore_errors=True)
+        elif work.is_dir() and any(work.iterdir()):
+            raise InputError(f"{work}: not empty, and not the work directory of a build (no {PLAN}); give another "
+                             "--ray-work-dir")
+        work.mkdir(parents=True, exist_ok=True)
         (work / PLAN).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
     done = {b.index for b in blocks if shard_path(work, b.index).is_file()}
     pending = [b for b in blocks if b.index not in done]
@@ -486,8 +493,9 @@ def _hand_over(work: Path, blocks: list[Block], kinds: list[str], dense, options
 
 def finish(entry: dict, ray_options: RayOptions) -> None:
     """After the index is in place: remove the work directory unless it is to be kept."""
-    if not ray_options.keep_shards:
-        shutil.rmtree(entry["work_dir"], ignore_errors=True)
+    work = Path(entry["work_dir"]) if entry.get("work_dir") else None
+    if not ray_options.keep_shards and work is not None and (work / PLAN).is_file():
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,15 @@ def collection(name: str) -> Path:
             pytest.fail(reason)
         pytest.skip(reason)
     return path
+
+
+def in_loopback_namespace(command: list[str]) -> tuple[list[str], str]:
+    """``command`` run in a loopback-only network namespace where one can be made (root, ``unshare`` and ``ip``):
+    there Ray binds 127.0.0.1 only (../shared/DESIGN.md). Returns the command and where it runs, in words."""
+    if os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"):
+        return (["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {shlex.join(command)}"],
+                "loopback-only namespace")
+    return command, "this network namespace (not root, or no unshare): gRPC on 127.0.0.1"
 
 
 @pytest.fixture(scope="session")

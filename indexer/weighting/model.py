@@ -50,7 +50,7 @@ FACTOR_LOG_BOUND = math.log(2.0)  # a BM25-shaped head multiplies its prior by a
 DEEPCT_RESOLUTION = 10  # BM25-shaped DeepCT writes tf' = round(10 * tf * factor), searched with k1 = 10 * 0.9
 
 
-class CollectionStatistics:
+class CollectionTermCounts:
     """What a BM25-shaped prior needs of a whole collection: document frequencies, the number of documents and of
     terms. Gathered one document at a time (:meth:`add`), so a distributed build can give every worker the whole
     collection's statistics while each worker holds only its own block's documents."""
@@ -77,7 +77,7 @@ class TermStatistics:
     ``collection``: the statistics of the whole collection ``texts`` belong to (document ``i`` is then ``texts[i]``
     of a block, its frequencies and lengths its own, df and average length the collection's)."""
 
-    def __init__(self, texts: Iterable[str], *, collection: CollectionStatistics | None = None):
+    def __init__(self, texts: Iterable[str], *, collection: CollectionTermCounts | None = None):
         from collections import Counter
 
         from indexer.weighting.terms import terms

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, collection
+from tests.conftest import ROOT, collection, in_loopback_namespace
 
 pytestmark = pytest.mark.data
 
@@ -33,18 +33,12 @@ LEXICAL = "bm25,deepct,deepimpact"
 TIMEOUT = 900
 
 
-def _loopback_only(command: list[str]) -> list[str]:
-    if os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"):
-        quoted = " ".join(f"'{c}'" for c in command)
-        return ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {quoted}"]
-    return command
-
-
 def _build(coll: Path, out: Path, work: Path, components: str = COMPONENTS) -> list[str]:
-    return _loopback_only([sys.executable, "-m", "service.cli", "index", "build", "--collection", str(coll),
-                           "--out", str(out), "--with", components, "--skip-empty", "--dense-chunk-size", str(BLOCK),
-                           "--ray", "--ray-workers", "2", "--ray-cpus-per-worker", "1", "--ray-block-size",
-                           str(BLOCK), "--ray-work-dir", str(work), "--keep-shards"])
+    command = [sys.executable, "-m", "service.cli", "index", "build", "--collection", str(coll), "--out", str(out),
+               "--with", components, "--skip-empty", "--dense-chunk-size", str(BLOCK), "--ray", "--ray-workers", "2",
+               "--ray-cpus-per-worker", "1", "--ray-block-size", str(BLOCK), "--ray-work-dir", str(work),
+               "--keep-shards"]
+    return in_loopback_namespace(command)[0]
 
 
 def _wait_for(predicate, proc: subprocess.Popen, what: str, timeout: float = TIMEOUT):

@@ -65,3 +65,15 @@ def test_a_block_that_no_longer_matches_the_corpus_is_an_error(tmp_path):
     last = blocks[-1]
     with pytest.raises(InputError, match="the corpus changed"):
         corpus.read_block(last.offset, last.lineno, last.count + 5)
+
+
+def test_a_work_directory_that_is_not_a_builds_is_never_emptied(tmp_path):
+    from indexer.distributed import RayOptions, compute_shards
+
+    corpus = _corpus(tmp_path, 20)
+    work = tmp_path / "mine"
+    work.mkdir()
+    (work / "notes.txt").write_text("keep me")
+    with pytest.raises(InputError, match="not the work directory of a build"):
+        compute_shards(corpus, ("deepct",), {}, None, tmp_path / "index", RayOptions(work_dir=str(work)))
+    assert (work / "notes.txt").read_text() == "keep me"
