@@ -72,7 +72,12 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         self.config, self.index, self.limits, self.metrics = config, index, config.limits, metrics
         self.cache = registry.PipelineCache(index, options)
         self.allowed = self._allowed_pipelines(options)
-        self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="weir-pipeline")
+        self._start_admission("weir-pipeline")
+
+    def _start_admission(self, thread_prefix: str) -> None:
+        """The worker threads, the micro-batcher and the admission state that every servicer runs its batches with."""
+        config = self.config
+        self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix=thread_prefix)
         self.batcher = MicroBatcher(self._run_batch, self.executor, workers=config.workers,
                                     max_batch=config.batching.max_batch, max_wait=config.batching.max_wait_ms / 1000)
         self.admitted = 0

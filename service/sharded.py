@@ -54,7 +54,7 @@ from indexer.index_dir import Index
 from indexer.shards import CollectionStatistics, global_statistics, read_shard_set
 from ranker import registry
 from ranker.options import PipelineOptions
-from service.batching import Abandoned, Item, MicroBatcher
+from service.batching import Abandoned, Item
 from service.config import ServiceConfig
 from service.metrics import Metrics
 from service.server import Failure, SearchService, Server, _pruning, jvm_heap_for
@@ -233,13 +233,7 @@ class ShardedSearchService(SearchService):
         self.options = options
         self.searchers, self.rerankers = searchers, rerankers
         self.allowed = self._allowed_pipelines(options)
-        self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="weir-front")
-        self.batcher = MicroBatcher(self._run_batch, self.executor, workers=config.workers,
-                                    max_batch=config.batching.max_batch, max_wait=config.batching.max_wait_ms / 1000)
-        self.admitted = 0
-        self.draining = False
-        self.idle = asyncio.Event()
-        self.idle.set()
+        self._start_admission("weir-front")
 
     def _allowed_pipelines(self, options: PipelineOptions) -> tuple[str, ...]:
         return served_pipelines(self.config, self.index, options)
