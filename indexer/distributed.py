@@ -220,12 +220,12 @@ class BlockWorker:
             return None, 0.0
         started = time.perf_counter()
         size = int(self.dense.chunk_size)
-        parts = [self.encoder.encode_passages([d.contents for d in docs[s:s + size]]) for s in range(0, len(docs), size)]
+        parts = [self.encoder.encode_passages([d.contents for d in docs[s:s + size]])
+                 for s in range(0, len(docs), size)]
         return np.concatenate(parts), time.perf_counter() - started
 
     def __call__(self, batch: dict) -> dict:
-        out: dict[str, list] = {"block": [], "documents": [], "read_seconds": [], "weighting_seconds": [],
-                                "dense_seconds": [], "worker": []}
+        out: dict[str, list] = {"documents": [], "read": [], "term_weighting": [], "dense": [], "worker": []}
         for i, offset, lineno, count in zip(batch["index"], batch["offset"], batch["lineno"], batch["count"]):
             started = time.perf_counter()
             docs = self.corpus.read_block(int(offset), int(lineno), int(count), self.keep)
@@ -238,9 +238,7 @@ class BlockWorker:
                      "seconds": {"read": read, "term_weighting": weighting, "dense": dense},
                      "worker": f"{socket.gethostname()}:{os.getpid()}"}
             write_shard(self.work, int(i), shard)
-            for key, value in (("block", int(i)), ("documents", len(docs)), ("read_seconds", read),
-                               ("weighting_seconds", weighting), ("dense_seconds", dense),
-                               ("worker", shard["worker"])):
+            for key, value in (("documents", len(docs)), ("worker", shard["worker"]), *shard["seconds"].items()):
                 out[key].append(value)
         return out
 
@@ -335,7 +333,8 @@ def compute_shards(corpus: Corpus, components: tuple[str, ...], options: dict, k
     pending = [b for b in blocks if b.index not in done]
     ran = {}
     if pending:
-        job = {"ray": asdict(ray_options), "pending": [asdict(b) for b in pending], "total": sum(b.count for b in blocks),
+        job = {"ray": asdict(ray_options), "pending": [asdict(b) for b in pending],
+               "total": sum(b.count for b in blocks),
                "initial": sum(b.count for b in blocks if b.index in done), "keep": keep, "stats": stats,
                "worker": {"corpus": str(corpus.path.resolve()), "skip_empty": corpus.skip_empty,
                           "work_dir": str(work.resolve()), "kinds": kinds, "dense": dense,
@@ -344,17 +343,17 @@ def compute_shards(corpus: Corpus, components: tuple[str, ...], options: dict, k
                           "device": device or learned.get("device")}}
         ran = _run_child(work, job)
     _hand_over(work, blocks, kinds, dense, options)
-    computed = [read_shard(work, b.index) for b in pending]
+    rows = ran.get("rows", [])  # one per block computed now: documents, seconds per step, worker
     steps = {}
     for step in ("term_weighting", "dense", "read"):
-        seconds = float(sum(sh["seconds"][step] for sh in computed))
-        documents = int(sum(len(sh["docids"]) for sh in computed))
+        seconds = float(sum(r[step] for r in rows))
+        documents = int(sum(r["documents"] for r in rows))
         if seconds > 0:
             steps[step] = {"worker_seconds": round(seconds, 3), "documents": documents,
                            "passages_per_worker_second": round(documents / seconds, 2)}
     return {"ray": ray_options.address, "workers": ray_options.workers, "cpus_per_worker": ran.get("cpus"),
             "gpus_per_worker": ran.get("gpus"), "block_size": size, "blocks": len(blocks), "blocks_reused": len(done),
-            "blocks_computed": len(pending), "workers_seen": sorted({sh["worker"] for sh in computed}),
+            "blocks_computed": len(pending), "workers_seen": sorted({r["worker"] for r in rows}),
             "steps": steps, "ray_seconds": ran.get("seconds"), "wall_seconds": round(time.perf_counter() - started, 3),
             "work_dir": str(work),
             "statistics": "the whole collection's (gathered by the driver)" if stats is not None else None}
@@ -432,12 +431,14 @@ def _run_job(spec: Path) -> None:
         steps = "+".join([*job["worker"]["kinds"], *(["dense"] if job["worker"]["dense"] is not None else [])])
         with tqdm(total=job["total"], initial=job["initial"], desc=f"ray: {steps} on {options.workers} worker(s)",
                   unit="doc", mininterval=1.0) as bar:
+            rows = []
             for row in ds.iter_rows():
+                rows.append({k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()})
                 bar.update(int(row["documents"]))
     finally:
         if started_here:
             ray.shutdown()
-    (work / "job-result.json").write_text(json.dumps({"cpus": cpus, "gpus": gpus,
+    (work / "job-result.json").write_text(json.dumps({"cpus": cpus, "gpus": gpus, "rows": rows,
                                                       "seconds": round(time.perf_counter() - started, 3)}))
 
 

@@ -259,12 +259,16 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
 
         return await self._call("BatchSearch", context, work)
 
+    def _documents(self) -> int:
+        """The number of documents served (what Info reports)."""
+        return self.index.manifest["counts"]["documents"]
+
     async def Info(self, request, context):
         async def work():
             m, limits = self.index.manifest, self.limits
             return search_pb2.InfoResponse(
                 first_stages=sorted(registry.FIRST_STAGES), rerankers=sorted(registry.RERANKERS),
-                collection=m["collection"]["name"], documents=m["counts"]["documents"],
+                collection=m["collection"]["name"], documents=self._documents(),
                 components=list(m["components"]), pipelines=list(self.allowed),
                 default_pipeline=">>".join(registry.parse(self.config.default_pipeline)),
                 limits=search_pb2.Limits(max_k=limits.max_k, max_depth=limits.max_depth,

@@ -57,8 +57,7 @@ from ranker.options import PipelineOptions
 from service.batching import Abandoned, Item
 from service.config import ServiceConfig
 from service.metrics import Metrics
-from service.server import Failure, SearchService, Server, _pruning, jvm_heap_for
-from service.stubs import search_pb2
+from service.server import Failure, SearchService, Server, jvm_heap_for
 from weir.types import Document, Hit, InputError, Query, Run
 
 log = logging.getLogger("weir.service.sharded")
@@ -354,22 +353,8 @@ class ShardedSearchService(SearchService):
                         timings, len(items)))
         return out
 
-    async def Info(self, request, context):
-        async def work():
-            m, limits = self.index.manifest, self.limits
-            return search_pb2.InfoResponse(
-                first_stages=sorted(registry.FIRST_STAGES), rerankers=sorted(registry.RERANKERS),
-                collection=m["collection"]["name"], documents=sum(s.num_docs for s in self.shards),
-                components=list(m["components"]), pipelines=list(self.allowed),
-                default_pipeline=">>".join(registry.parse(self.config.default_pipeline)),
-                limits=search_pb2.Limits(max_k=limits.max_k, max_depth=limits.max_depth,
-                                         max_query_chars=limits.max_query_chars,
-                                         max_query_terms=limits.max_query_terms,
-                                         max_batch_queries=limits.max_batch_queries,
-                                         max_in_flight=limits.max_in_flight, max_queued=limits.max_queued),
-                pruning=_pruning(self.index.pruning)), {}
-
-        return await self._call("Info", context, work)
+    def _documents(self) -> int:
+        return sum(s.num_docs for s in self.shards)
 
 
 _app_counter = 0

@@ -22,8 +22,7 @@ class BM25(SparseRetriever):
         the whole shard set, :func:`indexer.shards.global_statistics`)."""
         if k1 < 0 or not 0 <= b <= 1:
             raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1 (got k1={k1}, b={b})")
-        extra = {} if statistics is None else {"statistics": statistics}
-        self.engine = InvertedIndex.shared(index.postings(component), BM25Scores, k1=k1, b=b, **extra)
+        self.engine = InvertedIndex.shared(index.postings(component), BM25Scores, k1=k1, b=b, statistics=statistics)
         self.analyzer = EnglishAnalyzer()
         self.k1, self.b = k1, b
         self.name = name

@@ -65,8 +65,7 @@ class DeepCTRetriever(_TermRetriever):
         search = index.manifest["components"][self.component].get("parameters", {}).get("search") or {}
         k1 = float(search.get("k1", 10.0)) if k1 is None else k1
         b = float(search.get("b", 0.9)) if b is None else b
-        extra = {} if statistics is None else {"statistics": statistics}
-        super().__init__(index, BM25Scores, k1=k1, b=b, **extra)
+        super().__init__(index, BM25Scores, k1=k1, b=b, statistics=statistics)
         self.k1, self.b = k1, b
 
     def describe(self) -> dict:
