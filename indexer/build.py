@@ -77,26 +77,41 @@ def _reuses_vectors(dense) -> bool:
     return bool(dense.get("vectors_from") if isinstance(dense, dict) else getattr(dense, "vectors_from", None))
 
 
-def _prune(corpus: Corpus, spec, tmp: Path, device: str | None) -> tuple[dict, set[str]]:
+def _prune(corpus: Corpus, spec, tmp: Path, device: str | None, ray=None, out: Path | None = None
+           ) -> tuple[dict, set[str]]:
     """Score every document (or read the scores cached for this corpus and estimator), choose the pruned ones, write
-    ``quality/``; return the manifest's ``pruning`` entry and the ids to keep."""
+    ``quality/``; return the manifest's ``pruning`` entry and the ids to keep. With ``ray`` (an
+    :class:`indexer.distributed.RayOptions`) a per-document estimator scores on the Ray workers."""
     from indexer.quality import open_estimator
     from indexer.quality.cache import scores_for
     from indexer.quality.prune import DIRECTORY, TIE_BREAK, select, write_quality
 
     timer = Timer()
     estimator = open_estimator(spec.estimator, seed=spec.seed, device=device)
-    docs = list(_progress(corpus, "quality: reading"))
-    scores, record = scores_for(estimator, docs, corpus.stats.sha256)
-    docids = [d.id for d in docs]
+    distributed = None
+    if ray is not None and estimator.per_document:
+        from indexer.distributed import score_quality
+
+        docids, scores, record = score_quality(corpus, estimator, spec, out, ray, device)
+        distributed = record["distributed"]
+    else:
+        docs = list(_progress(corpus, "quality: reading"))
+        scores, record = scores_for(estimator, docs, corpus.stats.sha256)
+        docids = [d.id for d in docs]
+        del docs
     pruned = select(scores, docids, spec)
     write_quality(tmp / DIRECTORY, docids, scores, pruned)
     keep = {d for d, p in zip(docids, pruned) if not p}
     entry = {"path": DIRECTORY, **spec.describe(), "estimator_card": estimator.card,
-             "card_sha256": estimator.card_sha256, "documents_scored": len(docs), "pruned": int(pruned.sum()),
+             "card_sha256": estimator.card_sha256, "documents_scored": len(docids), "pruned": int(pruned.sum()),
              "kept": len(keep), "tie_break": TIE_BREAK,
              "scoring": {k: record[k] for k in ("seconds", "passages_per_second", "cached", "quantiles")},
              "seconds": timer.seconds}
+    if ray is not None:
+        entry["scoring"]["where"] = "ray workers" if distributed is not None else \
+            f"the driver (the {estimator.name} estimator compares documents with each other)"
+    if distributed is not None:
+        entry["scoring"]["distributed"] = distributed
     if spec.estimator == "random":
         entry["seed"] = spec.seed
     return entry, keep
@@ -132,8 +147,9 @@ def build_index(
     left out of every component (never weighted, encoded or indexed). ``device``: the quality estimator's.
     ``shard``: an :class:`indexer.shards.ShardSpec`; only the shard's documents are indexed (pruning still scores the
     whole corpus, so a shard keeps what the whole index keeps), and the manifest records the shard.
-    ``ray``: an :class:`indexer.distributed.RayOptions`; the per-document steps (term weighting, dense encoding) then
-    run on Ray workers into resumable shard files, and the components are built from them (:mod:`indexer.distributed`)."""
+    ``ray``: an :class:`indexer.distributed.RayOptions`; the per-document steps (quality scoring, term weighting,
+    dense encoding) then run on Ray workers into resumable shard files, and the components are built from them
+    (:mod:`indexer.distributed`)."""
     if ray is not None and shard is not None:
         raise InputError("--ray and --shard do not go together yet: build each shard's index in a process of its own")
     unknown = [c for c in components if c not in COMPONENTS]
@@ -156,7 +172,7 @@ def build_index(
                    "corpus_sha256": sha256_file(coll.corpus_path) if _reuses_vectors(dense) else None}
         keep = None
         if prune is not None:
-            manifest["pruning"], keep = _prune(corpus, prune, tmp, device)
+            manifest["pruning"], keep = _prune(corpus, prune, tmp, device, ray, out)
         if ray is not None:
             from indexer.dense import DenseConfig
             from indexer.distributed import compute_shards
@@ -201,5 +217,5 @@ def build_index(
     if ray is not None:
         from indexer.distributed import finish
 
-        finish(manifest["distributed"], ray)
+        finish(out, ray)
     return manifest

@@ -1,16 +1,24 @@
 """Distributed index builds on Ray (``weir index build --ray``): the per-document steps run in a Ray Data actor pool.
 
-What costs a build its time is per document: the transformer passes of term weighting (DeepCT, DeepImpact) and of
-dense encoding. Here those steps run on Ray workers, block by block, and write shard files; then
-:func:`indexer.build.build_index` builds every component from the shards with the code of a single-process build
-(Anserini's multi-threaded indexer for the Lucene components, faiss for the dense one). The result is an ordinary
-index directory with its manifest; the manifest's ``distributed`` entry says how it was computed.
+What costs a build its time is per document: the transformer passes of quality scoring (static pruning), of term
+weighting (DeepCT, DeepImpact) and of dense encoding. Here those steps run on Ray workers, block by block, and write
+shard files; then :func:`indexer.build.build_index` builds every component from the shards with the code of a
+single-process build (Anserini's multi-threaded indexer for the Lucene components, faiss for the dense one). The
+result is an ordinary index directory with its manifest; the manifest's ``distributed`` entry says how it was
+computed.
+
+- **Two phases.** With ``--prune``, a first pass scores every document's quality on the workers
+  (:func:`score_quality`); the driver gathers the scores and chooses the pruned documents exactly as one process does
+  (:mod:`indexer.quality.prune`). The second pass (:func:`compute_shards`) weighs and encodes the documents kept.
+  Each phase has its own plan and shards, so an interrupted build resumes in the phase it was in. An estimator that
+  compares documents with each other (``duplicates``) scores on the driver.
 
 - **Blocks.** The driver reads the corpus once (validating it as every build does) and cuts the documents to be
   indexed into blocks of ``block_size`` consecutive documents, each located by the byte offset of its first line.
-  ``block_size`` is a multiple of the term weighting batch (256 documents) and of the dense chunk (1024 by default):
-  a worker runs exactly the forward passes a single process runs, over the same documents, so weights and vectors
-  are the same bits (a transformer's output for a row changes in its last bits with the other rows of its batch).
+  ``block_size`` is a multiple of the term weighting batch (256 documents), of the dense chunk (1024 by default)
+  and of the quality estimator's chunk (1024 for ``learned``): a worker runs exactly the forward passes a single
+  process runs, over the same documents, so scores, weights and vectors are the same bits (a transformer's output
+  for a row changes in its last bits with the other rows of its batch).
 - **Statistics.** A BM25-shaped head needs the whole collection's document frequencies and mean length. The driver
   gathers them in its reading pass and hands them to every worker once (``ray.put``).
 - **Workers.** Ray Data ``map_batches`` over the blocks with an actor pool of ``workers`` actors: one GPU each when
@@ -52,6 +60,20 @@ PLAN_VERSION = 1
 LOCAL = "local"
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One pass of the workers over the corpus: its plan file and its shard directory in the work directory."""
+
+    name: str
+    plan: str
+    shards: str
+
+
+QUALITY = Phase("quality scoring", "quality-plan.json", "quality-shards")
+ENCODING = Phase("term weighting and dense encoding", PLAN, SHARDS)
+PHASES = (QUALITY, ENCODING)
+
+
 @dataclass
 class RayOptions:
     """Where and how wide a distributed build runs.
@@ -82,12 +104,11 @@ class Block:
     count: int
 
 
-def block_size(requested: int | None, dense, weighting: bool) -> int:
-    """A block length that keeps every step's batches: a multiple of the term weighting batch (when weighting) and of
-    the dense chunk (when encoding)."""
+def block_size(requested: int | None, dense, weighting: bool, unit: int = 1) -> int:
+    """A block length that keeps every step's batches: a multiple of the term weighting batch (when weighting), of
+    the dense chunk (when encoding) and of ``unit`` (a quality estimator's :attr:`batch_unit`)."""
     from indexer.weighting.build import BATCH
 
-    unit = 1
     if weighting:
         unit = math.lcm(unit, BATCH)
     if dense is not None:
@@ -126,9 +147,10 @@ def _dense_settings(dense) -> dict | None:
     return {**settings, "model_sha256": model_fingerprint(resolve_model(dense.model))}
 
 
-def plan_blocks(corpus: Corpus, size: int, keep: set[str] | None, statistics: bool):
+def plan_blocks(corpus: Corpus, size: int, keep: set[str] | None, statistics: bool,
+                docids: list[str] | None = None):
     """One validating pass over the corpus: the blocks of the documents to index, and (when ``statistics``) the
-    whole collection's term statistics over those documents."""
+    whole collection's term statistics over those documents. Their ids are appended to ``docids`` when given."""
     from indexer.weighting.model import CollectionTermCounts
 
     stats = CollectionTermCounts() if statistics else None
@@ -139,6 +161,8 @@ def plan_blocks(corpus: Corpus, size: int, keep: set[str] | None, statistics: bo
     for offset, lineno, doc in tqdm(located, desc="planning blocks", unit="doc", mininterval=1.0):
         if keep is not None and doc.id not in keep:
             continue
+        if docids is not None:
+            docids.append(doc.id)
         if count == 0:
             start = (offset, lineno)
         count += 1
@@ -153,10 +177,13 @@ def plan_blocks(corpus: Corpus, size: int, keep: set[str] | None, statistics: bo
 
 
 class BlockWorker:
-    """A Ray Data actor: loads the models once, then per block reads the documents, runs the steps, writes a shard."""
+    """A Ray Data actor: loads the models once, then per block reads the documents, runs the steps, writes a shard.
+
+    The steps are the phase's: quality scoring (``quality``: the estimator's name and seed), or term weighting
+    (``kinds``) and dense encoding (``dense``)."""
 
     def __init__(self, *, corpus: str, skip_empty: bool, keep, stats, work_dir: str, learned: dict, kinds: list[str],
-                 dense, threads: int | None, device: str | None):
+                 dense, threads: int | None, device: str | None, shards: str = SHARDS, quality: dict | None = None):
         import ray
 
         from indexer.encoder import Encoder
@@ -168,6 +195,14 @@ class BlockWorker:
         self.corpus = Corpus(corpus, skip_empty=skip_empty)
         self.keep, self.stats = resolved(keep), resolved(stats)
         self.work = Path(work_dir)
+        self.shards = shards
+        self.quality = None
+        if quality is not None:
+            from indexer.quality import open_estimator
+            from weir.runtime import prepare_device
+
+            device = prepare_device(device, threads)
+            self.quality = open_estimator(quality["estimator"], seed=int(quality.get("seed", 0)), device=device)
         self.models: dict[str, TermWeighter] = {}
         first = None
         for kind in kinds:
@@ -224,31 +259,40 @@ class BlockWorker:
                  for s in range(0, len(docs), size)]
         return np.concatenate(parts), time.perf_counter() - started
 
+    def _scores(self, docs) -> tuple[np.ndarray | None, float]:
+        if self.quality is None:
+            return None, 0.0
+        started = time.perf_counter()
+        scores = np.asarray(self.quality.score(docs), dtype=np.float64)
+        return scores, time.perf_counter() - started
+
     def __call__(self, batch: dict) -> dict:
-        out: dict[str, list] = {"documents": [], "read": [], "term_weighting": [], "dense": [], "worker": []}
+        out: dict[str, list] = {"documents": [], "read": [], "quality": [], "term_weighting": [], "dense": [],
+                                "worker": []}
         for i, offset, lineno, count in zip(batch["index"], batch["offset"], batch["lineno"], batch["count"]):
             started = time.perf_counter()
             docs = self.corpus.read_block(int(offset), int(lineno), int(count), self.keep)
             read = time.perf_counter() - started
+            scores, quality = self._scores(docs)
             weights, weighting = self._weights(docs)
             vectors, dense = self._vectors(docs)
-            shard = {"docids": [d.id for d in docs], "weights": weights, "dense": vectors,
+            shard = {"docids": [d.id for d in docs], "quality": scores, "weights": weights, "dense": vectors,
                      "models": {k: {**m.describe(), "card": m.card, "search": m.search_parameters()}
                                 for k, m in self.models.items()},
-                     "seconds": {"read": read, "term_weighting": weighting, "dense": dense},
+                     "seconds": {"read": read, "quality": quality, "term_weighting": weighting, "dense": dense},
                      "worker": f"{socket.gethostname()}:{os.getpid()}"}
-            write_shard(self.work, int(i), shard)
+            write_shard(self.work, int(i), shard, self.shards)
             for key, value in (("documents", len(docs)), ("worker", shard["worker"]), *shard["seconds"].items()):
                 out[key].append(value)
         return out
 
 
-def shard_path(work: Path, index: int) -> Path:
-    return work / SHARDS / f"{index:06d}.pkl"
+def shard_path(work: Path, index: int, shards: str = SHARDS) -> Path:
+    return work / shards / f"{index:06d}.pkl"
 
 
-def write_shard(work: Path, index: int, shard: dict) -> None:
-    path = shard_path(work, index)
+def write_shard(work: Path, index: int, shard: dict, shards: str = SHARDS) -> None:
+    path = shard_path(work, index, shards)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     with open(tmp, "wb") as f:
@@ -256,8 +300,8 @@ def write_shard(work: Path, index: int, shard: dict) -> None:
     os.replace(tmp, path)
 
 
-def read_shard(work: Path, index: int) -> dict:
-    with open(shard_path(work, index), "rb") as f:
+def read_shard(work: Path, index: int, shards: str = SHARDS) -> dict:
+    with open(shard_path(work, index, shards), "rb") as f:
         return pickle.load(f)
 
 
@@ -285,6 +329,113 @@ def _cpus_per_worker(ray_options: RayOptions) -> float:
     if ray_options.cpus_per_worker:
         return float(ray_options.cpus_per_worker)
     return float(max(1, (os.cpu_count() or 1) // ray_options.workers))
+
+
+def _open_work(work: Path, phase: Phase, plan: dict) -> set[int]:
+    """Make ``work`` ready for ``phase`` under ``plan``: reuse its shards when the plan is the one they were computed
+    under, else start the phase afresh (a directory that is not a build's work directory is refused, never emptied);
+    return the indices of the blocks whose shard is done."""
+    previous = None
+    if (work / phase.plan).is_file():
+        previous = json.loads((work / phase.plan).read_text(encoding="utf-8"))
+    if previous != plan:
+        if previous is not None:
+            tqdm.write(f"{work}: {phase.name} shards of another plan (corpus, models or settings changed); that "
+                       "phase starts afresh")
+            for part in (phase.shards, WORKERS):
+                shutil.rmtree(work / part, ignore_errors=True)
+        elif work.is_dir() and any(work.iterdir()) and not any((work / p.plan).is_file() for p in PHASES):
+            raise InputError(f"{work}: not empty, and not the work directory of a build (no {PLAN}); give another "
+                             "--ray-work-dir")
+        work.mkdir(parents=True, exist_ok=True)
+        (work / phase.plan).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    return {b for b in range(plan["blocks"]) if shard_path(work, b, phase.shards).is_file()}
+
+
+def _run_phase(corpus: Corpus, work: Path, phase: Phase, blocks: list[Block], done: set[int],
+               ray_options: RayOptions, worker: dict, *, keep=None, stats=None, neural: bool = True) -> dict:
+    """Run the blocks that have no shard yet through the actor pool (in the child process); what the child
+    reported (rows per block computed, CPUs and GPUs per worker, seconds), or nothing when every block was done."""
+    pending = [b for b in blocks if b.index not in done]
+    if not pending:
+        return {}
+    job = {"ray": asdict(ray_options), "pending": [asdict(b) for b in pending], "phase": phase.name,
+           "neural": neural, "total": sum(b.count for b in blocks),
+           "initial": sum(b.count for b in blocks if b.index in done), "keep": keep, "stats": stats,
+           "worker": {"corpus": str(corpus.path.resolve()), "skip_empty": corpus.skip_empty,
+                      "work_dir": str(work.resolve()), "shards": phase.shards, **worker}}
+    return _run_child(work, job)
+
+
+def _entry(ray_options: RayOptions, ran: dict, blocks: list[Block], done: set[int], size: int, work: Path,
+           started: float) -> dict:
+    """The manifest's record of a phase: blocks computed and reused, the workers seen, worker-seconds per step."""
+    rows = ran.get("rows", [])  # one per block computed now: documents, seconds per step, worker
+    steps = {}
+    for step in ("quality", "term_weighting", "dense", "read"):
+        seconds = float(sum(r[step] for r in rows))
+        documents = int(sum(r["documents"] for r in rows))
+        if seconds > 0:
+            steps[step] = {"worker_seconds": round(seconds, 3), "documents": documents,
+                           "passages_per_worker_second": round(documents / seconds, 2)}
+    return {"ray": ray_options.address, "workers": ray_options.workers, "cpus_per_worker": ran.get("cpus"),
+            "gpus_per_worker": ran.get("gpus"), "block_size": size, "blocks": len(blocks), "blocks_reused": len(done),
+            "blocks_computed": len(blocks) - len(done), "workers_seen": sorted({r["worker"] for r in rows}),
+            "steps": steps, "ray_seconds": ran.get("seconds"), "wall_seconds": round(time.perf_counter() - started, 3),
+            "work_dir": str(work)}
+
+
+def score_quality(corpus: Corpus, estimator, spec, out: Path, ray_options: RayOptions,
+                  device: str | None = None) -> tuple[list[str], np.ndarray, dict]:
+    """Score every document of ``corpus`` with the quality ``estimator`` (the one ``spec``, a
+    :class:`indexer.quality.prune.PruneSpec`, names) on Ray workers, block by block, resuming from the shards of an
+    interrupted run; or read the scores the per-corpus cache holds for it (:mod:`indexer.quality.cache`), as a
+    single-process build does. Return the documents' ids, their scores (corpus order) and the scoring record (that
+    of :func:`indexer.quality.cache.scores_for`, plus ``distributed``: the phase's manifest entry)."""
+    from indexer.quality import cache
+
+    ray_options.check()
+    started = time.perf_counter()
+    if not estimator.per_document:
+        raise InputError(f"the {estimator.name} quality estimator compares documents with each other: it scores "
+                         "the whole corpus in one process, not block by block")
+    size = block_size(ray_options.block_size, None, False, int(estimator.batch_unit))
+    work = work_directory(out, ray_options)
+    docids: list[str] = []
+    blocks, _ = plan_blocks(corpus, size, None, False, docids)
+    path = cache.entry(corpus.stats.sha256, estimator)
+    if (hit := cache.read(path, docids)) is not None:
+        scores, meta = hit
+        return docids, scores, {**meta, "cached": True, "distributed": {
+            "ray": ray_options.address, "workers": 0, "blocks": 0,
+            "note": "the scores came from the per-corpus cache: nothing ran on Ray"}}
+    plan = {"version": PLAN_VERSION, "phase": "quality", "corpus": str(corpus.path.resolve()),
+            "corpus_sha256": corpus.stats.sha256, "skip_empty": corpus.skip_empty, "block_size": size,
+            "blocks": len(blocks), "estimator": estimator.card, "card_sha256": estimator.card_sha256}
+    done = _open_work(work, QUALITY, plan)
+    worker = {"kinds": [], "dense": None, "learned": {}, "device": device,
+              "quality": {"estimator": spec.estimator, "seed": int(spec.seed)}}
+    ran = _run_phase(corpus, work, QUALITY, blocks, done, ray_options, worker, neural=bool(estimator.neural))
+    scored_ids: list[str] = []
+    parts = []
+    for block in tqdm(blocks, desc="reading quality shards", unit="shard", mininterval=1.0):
+        shard = read_shard(work, block.index, QUALITY.shards)
+        scored_ids.extend(shard["docids"])
+        parts.append(shard["quality"])
+    scores = np.concatenate(parts) if parts else np.zeros(0)
+    if scored_ids != docids:
+        raise InputError(f"{work}: the quality shards do not follow the corpus; remove the work directory and build "
+                         "again")
+    if scores.shape != (len(docids),) or not np.isfinite(scores).all():
+        raise ValueError(f"quality estimator {estimator.name} gave {scores.shape} scores (finite: "
+                         f"{bool(np.isfinite(scores).all())}) for {len(docids)} documents")
+    entry = _entry(ray_options, ran, blocks, done, size, work, started)
+    seconds = time.perf_counter() - started
+    meta = {"estimator": estimator.card, "card_sha256": estimator.card_sha256, "documents": len(docids),
+            "seconds": round(seconds, 3), "passages_per_second": round(len(docids) / max(seconds, 1e-9), 1),
+            "quantiles": cache.quantiles(scores)}
+    cache.write(path, docids, scores, meta)
+    return docids, scores, {**meta, "cached": False, "distributed": entry}
 
 
 def compute_shards(corpus: Corpus, components: tuple[str, ...], options: dict, keep: set[str] | None, out: Path,
@@ -316,46 +467,12 @@ def compute_shards(corpus: Corpus, components: tuple[str, ...], options: dict, k
     plan = {"version": PLAN_VERSION, "corpus": str(corpus.path.resolve()), "corpus_sha256": corpus.stats.sha256,
             "skip_empty": corpus.skip_empty, "kept_sha256": keep_digest, "block_size": size, "blocks": len(blocks),
             "term_weighting": fingerprints, "dense": _dense_settings(dense)}
-    previous = None
-    if (work / PLAN).is_file():
-        previous = json.loads((work / PLAN).read_text(encoding="utf-8"))
-    if previous != plan:
-        if previous is not None:
-            tqdm.write(f"{work}: shards of another plan (corpus, models or settings changed); starting afresh")
-            for part in (SHARDS, WORKERS):
-                shutil.rmtree(work / part, ignore_errors=True)
-        elif work.is_dir() and any(work.iterdir()):
-            raise InputError(f"{work}: not empty, and not the work directory of a build (no {PLAN}); give another "
-                             "--ray-work-dir")
-        work.mkdir(parents=True, exist_ok=True)
-        (work / PLAN).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
-    done = {b.index for b in blocks if shard_path(work, b.index).is_file()}
-    pending = [b for b in blocks if b.index not in done]
-    ran = {}
-    if pending:
-        job = {"ray": asdict(ray_options), "pending": [asdict(b) for b in pending],
-               "total": sum(b.count for b in blocks),
-               "initial": sum(b.count for b in blocks if b.index in done), "keep": keep, "stats": stats,
-               "worker": {"corpus": str(corpus.path.resolve()), "skip_empty": corpus.skip_empty,
-                          "work_dir": str(work.resolve()), "kinds": kinds, "dense": dense,
-                          "learned": {**{k: str(model_path(k, options)) for k in kinds},
-                                      "batch_size": learned.get("batch_size")},
-                          "device": device or learned.get("device")}}
-        ran = _run_child(work, job)
+    done = _open_work(work, ENCODING, plan)
+    worker = {"kinds": kinds, "dense": dense, "device": device or learned.get("device"),
+              "learned": {**{k: str(model_path(k, options)) for k in kinds}, "batch_size": learned.get("batch_size")}}
+    ran = _run_phase(corpus, work, ENCODING, blocks, done, ray_options, worker, keep=keep, stats=stats)
     _hand_over(work, blocks, kinds, dense, options)
-    rows = ran.get("rows", [])  # one per block computed now: documents, seconds per step, worker
-    steps = {}
-    for step in ("term_weighting", "dense", "read"):
-        seconds = float(sum(r[step] for r in rows))
-        documents = int(sum(r["documents"] for r in rows))
-        if seconds > 0:
-            steps[step] = {"worker_seconds": round(seconds, 3), "documents": documents,
-                           "passages_per_worker_second": round(documents / seconds, 2)}
-    return {"ray": ray_options.address, "workers": ray_options.workers, "cpus_per_worker": ran.get("cpus"),
-            "gpus_per_worker": ran.get("gpus"), "block_size": size, "blocks": len(blocks), "blocks_reused": len(done),
-            "blocks_computed": len(pending), "workers_seen": sorted({r["worker"] for r in rows}),
-            "steps": steps, "ray_seconds": ran.get("seconds"), "wall_seconds": round(time.perf_counter() - started, 3),
-            "work_dir": str(work),
+    return {**_entry(ray_options, ran, blocks, done, size, work, started),
             "statistics": "the whole collection's (gathered by the driver)" if stats is not None else None}
 
 
@@ -370,6 +487,7 @@ def _run_child(work: Path, job: dict) -> dict:
     with open(spec, "wb") as f:
         pickle.dump(job, f, protocol=5)
     result.unlink(missing_ok=True)
+    (work / "job-error.txt").unlink(missing_ok=True)
     env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
     code = subprocess.run([sys.executable, "-m", "indexer.distributed", str(spec)], env=env, check=False).returncode
     if code != 0 or not result.is_file():
@@ -396,7 +514,7 @@ def _exit_with_parent() -> None:
 
 
 def _run_job(spec: Path) -> None:
-    """The child process: start or join Ray, run the pending blocks through the actor pool, report."""
+    """The child process: start or join Ray, run the pending blocks of one phase through the actor pool, report."""
     import ray
     import ray.data
 
@@ -409,7 +527,7 @@ def _run_job(spec: Path) -> None:
     started_here = _start_ray(options)
     try:
         resources = ray.cluster_resources()
-        gpus = 1 if resources.get("GPU", 0) >= 1 else 0
+        gpus = 1 if resources.get("GPU", 0) >= 1 and job.get("neural", True) else 0  # no GPU for LightGBM
         cpus = _cpus_per_worker(options) if not gpus else 1.0
         if gpus and resources.get("GPU", 0) < options.workers:
             raise InputError(f"--ray-workers {options.workers}: the cluster has {resources['GPU']:g} GPUs (one per "
@@ -428,7 +546,9 @@ def _run_job(spec: Path) -> None:
             BlockWorker, batch_size=1,
             compute=ray.data.ActorPoolStrategy(size=options.workers, max_tasks_in_flight_per_actor=1),
             fn_constructor_kwargs=kwargs, num_cpus=cpus, num_gpus=gpus, ray_remote_args_fn=_restartable)
-        steps = "+".join([*job["worker"]["kinds"], *(["dense"] if job["worker"]["dense"] is not None else [])])
+        steps = "+".join([*job["worker"]["kinds"], *(["dense"] if job["worker"]["dense"] is not None else []),
+                          *([f"quality ({job['worker']['quality']['estimator']})"] if job["worker"].get("quality")
+                            else [])])
         with tqdm(total=job["total"], initial=job["initial"], desc=f"ray: {steps} on {options.workers} worker(s)",
                   unit="doc", mininterval=1.0) as bar:
             rows = []
@@ -492,10 +612,10 @@ def _hand_over(work: Path, blocks: list[Block], kinds: list[str], dense, options
         options["_dense_vectors"] = ShardVectors(work, blocks)
 
 
-def finish(entry: dict, ray_options: RayOptions) -> None:
-    """After the index is in place: remove the work directory unless it is to be kept."""
-    work = Path(entry["work_dir"]) if entry.get("work_dir") else None
-    if not ray_options.keep_shards and work is not None and (work / PLAN).is_file():
+def finish(out: Path, ray_options: RayOptions) -> None:
+    """After the index is in place: remove the build's work directory unless it is to be kept."""
+    work = work_directory(out, ray_options)
+    if not ray_options.keep_shards and any((work / p.plan).is_file() for p in PHASES):
         shutil.rmtree(work, ignore_errors=True)
 
 

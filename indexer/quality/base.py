@@ -25,6 +25,14 @@ class QualityEstimator(ABC):
     :meth:`describe` for their parameters)."""
 
     name = "quality"
+    # whether a document's score depends on that document alone, so that blocks of the corpus may be scored apart
+    # (on the workers of a distributed build, :mod:`indexer.distributed`) and give the whole corpus's scores
+    per_document = True
+    # blocks scored apart give the whole corpus's scores to the bit only when each holds a multiple of this many
+    # documents (a neural estimator's batches are sorted by length within chunks of that many)
+    batch_unit = 1
+    # runs a neural model: on a cluster with GPUs its workers take one each
+    neural = False
 
     @abstractmethod
     def score(self, documents: Sequence[Document], *, progress: bool = False) -> np.ndarray:

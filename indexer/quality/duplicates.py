@@ -23,6 +23,7 @@ from weir.types import Document
 
 class DuplicateQuality(QualityEstimator):
     name = "duplicates"
+    per_document = False  # a passage is scored against every earlier one
 
     def __init__(self, shingle: int = 3, num_perm: int = 128, threshold: float = 0.7, seed: int = 1):
         self.shingle, self.num_perm, self.threshold, self.seed = shingle, num_perm, threshold, seed

@@ -51,7 +51,7 @@ class PassageReader:
     ``max_length`` word pieces, float32 (n, dim) (the dense encoder's batching, :class:`indexer.encoder.Encoder`,
     over a shorter model and input)."""
 
-    CHUNK = 1024  # passages a progress step
+    CHUNK = 1024  # passages a progress step, and the span within which batches are sorted by length
 
     def __init__(self, model: str | None = None, *, layers: int = LAYERS, max_length: int = MAX_LENGTH,
                  device: str | None = None, batch_size: int = 64):
@@ -92,6 +92,8 @@ class LearnedQuality(QualityEstimator):
     """A trained quality head over its truncated backbone (a model directory written by `weir train quality`)."""
 
     name = "learned"
+    batch_unit = PassageReader.CHUNK
+    neural = True
 
     def __init__(self, path: str | os.PathLike, *, device: str | None = None, batch_size: int = 64):
         import torch

@@ -139,8 +139,8 @@ def add_parsers(sub) -> None:
                    "faiss index type without encoding again")
     r = b.add_argument_group(
         "distributed build on Ray (--ray)",
-        "The per-document steps (DeepCT / DeepImpact term weighting, dense encoding) run on Ray workers, block by "
-        "block, into shard files; the components are then built from the shards as in one process, giving the same "
+        "The per-document steps (quality scoring for --prune, DeepCT / DeepImpact term weighting, dense encoding) "
+        "run on Ray workers, block by block, into shard files; the components are then built from the shards as in one process, giving the same "
         "index. An interrupted build run again with the same arguments computes only the blocks without a shard; a "
         "worker that dies has its block retried. The corpus must be readable at the same path on every node.")
     r.add_argument("--ray", metavar="ADDRESS", nargs="?", const="local", default=None,

@@ -4,6 +4,10 @@ workers, so one block of 256 and one of 44. With bm25, deepct, deepimpact and de
 then with bm25, deepct and deepimpact, resumed after the whole build was killed. Every run of every component must
 equal the single-process index's, ids, order and scores, and the dense vectors must be the same bits.
 
+With ``--prune learned:0.25`` the quality scoring runs on the workers too: over the whole of Cranfield (1,398 non-empty
+documents, two blocks of the learned estimator's 1024) its scores must be the single-process build's bits, prune the
+same documents and give the same BM25 runs; run again, the build reuses the quality shards.
+
 Ray runs in a child process of the build, started here through the command line in a loopback-only network
 namespace where one can be made (root and ``unshare``): there Ray binds 127.0.0.1 only (../shared/DESIGN.md).
 """
@@ -151,3 +155,42 @@ def _kill_leftover_ray(work: Path) -> None:
             os.kill(int(p.name), signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_quality_scoring_on_the_workers_prunes_as_one_process(tmp_path):
+    """The first phase of a pruned distributed build: learned quality scores computed block by block on 2 workers."""
+    from indexer.build import build_index
+    from indexer.index_dir import Index
+    from indexer.quality.prune import PruneSpec
+    from ranker import registry
+    from weir.trec import read_topics
+
+    coll = collection("cranfield")
+    single = tmp_path / "single"
+    build_index(coll, single, skip_empty=True, prune=PruneSpec("learned", fraction=0.25))
+    out, work, log = tmp_path / "index", tmp_path / "work", tmp_path / "build.log"
+    command = in_loopback_namespace(
+        [sys.executable, "-m", "service.cli", "index", "build", "--collection", str(coll), "--out", str(out),
+         "--with", "bm25", "--skip-empty", "--prune", "learned:0.25", "--ray", "--ray-workers", "2",
+         "--ray-cpus-per-worker", "1", "--ray-work-dir", str(work), "--keep-shards", "--overwrite"])[0]
+    for cache in ("first", "second"):  # a cache of its own: the scores are computed (then read from the shards)
+        env = {**os.environ, "WEIR_CACHE": str(tmp_path / cache)}
+        with open(log, "ab") as stderr:
+            done = subprocess.run(command, cwd=ROOT, stdout=stderr, stderr=stderr, env=env, timeout=TIMEOUT,
+                                  check=False)
+        assert done.returncode == 0, log.read_text(errors="replace")[-3000:]
+        scoring = json.loads((out / "manifest.json").read_text())["pruning"]["scoring"]
+        assert scoring["where"] == "ray workers" and not scoring["cached"]
+        ran = scoring["distributed"]
+        assert (ran["blocks"], ran["block_size"]) == (2, 1024)
+        assert ran["blocks_computed" if cache == "first" else "blocks_reused"] == 2
+        if cache == "first":
+            assert len(ran["workers_seen"]) == 2 and ran["steps"]["quality"]["documents"] == 1398
+        assert np.array_equal(np.load(single / "quality" / "scores.npy"), np.load(out / "quality" / "scores.npy"))
+        assert (single / "quality" / "pruned.txt").read_text() == (out / "quality" / "pruned.txt").read_text()
+    a, b = Index(single), Index(out)
+    assert a.manifest["counts"] == b.manifest["counts"] and b.manifest["counts"]["pruned"] == 350
+    queries = read_topics(coll / "queries.tsv")
+    ra, rb = registry.build("bm25", a)(queries, k=100), registry.build("bm25", b)(queries, k=100)
+    for q in queries:
+        assert [(h.doc_id, h.score) for h in ra[q.id]] == [(h.doc_id, h.score) for h in rb[q.id]], q.id

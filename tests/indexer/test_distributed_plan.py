@@ -32,6 +32,11 @@ def test_block_sizes_are_multiples_of_every_steps_batch():
         block_size(300, None, True)
     with pytest.raises(InputError, match="multiple of 1024"):
         block_size(512, DenseConfig(), True)
+    # the quality phase: a multiple of the estimator's chunk (the learned one sorts its batches within 1024)
+    assert block_size(None, None, False, 1024) == 1024
+    assert block_size(300, None, False, 1) == 300
+    with pytest.raises(InputError, match="multiple of 1024"):
+        block_size(256, None, False, 1024)
 
 
 def test_blocks_read_back_the_documents_of_the_stream(tmp_path):
@@ -77,3 +82,30 @@ def test_a_work_directory_that_is_not_a_builds_is_never_emptied(tmp_path):
     with pytest.raises(InputError, match="not the work directory of a build"):
         compute_shards(corpus, ("deepct",), {}, None, tmp_path / "index", RayOptions(work_dir=str(work)))
     assert (work / "notes.txt").read_text() == "keep me"
+
+
+def test_the_phases_keep_their_own_plans_and_shards(tmp_path):
+    """A pruned build's two phases share one work directory: each phase's plan decides only its own shards."""
+    from indexer.distributed import ENCODING, QUALITY, _open_work, write_shard
+
+    work = tmp_path / "work"
+    quality = {"blocks": 2, "estimator": "learned"}
+    assert _open_work(work, QUALITY, quality) == set()
+    write_shard(work, 0, {"docids": []}, QUALITY.shards)
+    encoding = {"blocks": 1, "kept_sha256": "a"}
+    assert _open_work(work, ENCODING, encoding) == set()  # the quality plan makes it a build's work directory
+    write_shard(work, 0, {"docids": []}, ENCODING.shards)
+    assert _open_work(work, QUALITY, quality) == {0} and _open_work(work, ENCODING, encoding) == {0}
+    assert _open_work(work, ENCODING, {**encoding, "kept_sha256": "b"}) == set()  # other documents kept
+    assert _open_work(work, QUALITY, quality) == {0}
+
+
+def test_an_estimator_that_compares_documents_is_not_scored_in_blocks(tmp_path):
+    from indexer.distributed import RayOptions, score_quality
+    from indexer.quality import open_estimator
+    from indexer.quality.prune import PruneSpec
+
+    assert open_estimator("learned").per_document and open_estimator("surface").per_document
+    with pytest.raises(InputError, match="compares documents with each other"):
+        score_quality(_corpus(tmp_path, 20), open_estimator("duplicates"), PruneSpec("duplicates", 0.1),
+                      tmp_path / "index", RayOptions())
