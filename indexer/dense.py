@@ -4,8 +4,15 @@ built by :func:`build_dense`, opened for search by :func:`open_dense`.
 Files in the component directory:
 
 - ``index.faiss``: the faiss index over L2-normalized embeddings, inner product metric (= cosine). ``flat``
-  (exact, IndexFlatIP) by default; ``hnsw`` (IndexHNSWFlat: M, efConstruction, efSearch) and ``ivfpq``
-  (IndexIVFPQ: nlist, m sub-quantizers of nbits each, nprobe) trade exactness for speed or memory;
+  (exact, IndexFlatIP) by default; ``hnsw`` (IndexHNSWFlat: M, efConstruction, efSearch), ``ivfflat``
+  (IndexIVFFlat: nlist, nprobe; exact vectors, searched in the nprobe nearest lists) and ``ivfpq`` (IndexIVFPQ:
+  nlist, m sub-quantizers of nbits each, nprobe) trade exactness for speed or memory;
+- ``index.ivfdata`` (IVF types built ``on_disk``): the inverted lists, out of ``index.faiss``, memory-mapped at
+  search (faiss ``OnDiskInvertedLists``), so an index larger than memory is searched from the page cache. They are
+  built the way faiss's on-disk demo builds them: the trained empty index is filled part by part (each part's
+  vectors added, the part written), and the parts' lists are merged into the file (``merge_ondisk``). Neither the
+  build nor the search holds all vectors in memory; the lists hold the same entries, in the same order, as the
+  in-memory index, which gives the same results;
 - ``docids.txt``: one document id a line, line i = faiss row i;
 - ``vectors.npy``: the passage embeddings as float16 (n, dim), so rerankers and features can use dense similarity
   without encoding again, and another faiss index can be built from them without the model.
@@ -17,8 +24,10 @@ rerankers); it is opened once per process and shared by every retriever and feat
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -29,8 +38,10 @@ import numpy as np
 
 from weir.types import Document, InputError, batched
 
-INDEX_TYPES = ("flat", "hnsw", "ivfpq")
-INDEX_FILE, DOCIDS_FILE, VECTORS_FILE = "index.faiss", "docids.txt", "vectors.npy"
+INDEX_TYPES = ("flat", "hnsw", "ivfflat", "ivfpq")
+IVF_TYPES = ("ivfflat", "ivfpq")
+INDEX_FILE, DOCIDS_FILE, VECTORS_FILE, LISTS_FILE = "index.faiss", "docids.txt", "vectors.npy", "index.ivfdata"
+PART_ROWS = 1 << 18  # vectors a part of an on-disk IVF index holds while it is filled (float32: 384 MiB at dim 384)
 
 
 @dataclass
@@ -47,11 +58,13 @@ class DenseConfig:
     hnsw_m: int = 32
     ef_construction: int = 200
     ef_search: int = 128
-    # IVF-PQ
+    # IVF (IVF-Flat, IVF-PQ)
     nlist: int | None = None          # None: about 4 * sqrt(n), at most n / 39 (faiss's points per centroid)
+    nprobe: int = 16
+    on_disk: bool = False             # the inverted lists in index.ivfdata, memory-mapped at search
+    # IVF-PQ
     pq_m: int | None = None           # None: dim / 8 (8 dimensions per sub-quantizer)
     nbits: int = 8
-    nprobe: int = 16
     # an index of the same collection (same corpus file) with a flat dense component of the same encoder: its
     # vectors are reused for the documents it has (exactly: a flat index holds the float32 vectors) and only the others
     # are encoded. What a sweep over pruned fractions, or a rebuild with another faiss index type, needs.
@@ -66,6 +79,9 @@ class DenseConfig:
                 raise InputError(f"dense index parameter {name} must be >= 1 (got {getattr(self, name)})")
         if self.nbits > 16:
             raise InputError(f"dense index parameter nbits must be <= 16 (got {self.nbits})")
+        if self.on_disk and self.index not in IVF_TYPES:
+            raise InputError(f"an on-disk dense index is an IVF index (--dense-index {' or '.join(IVF_TYPES)}); "
+                             f"{self.index!r} is held in memory")
 
 
 def index_parameters(config: DenseConfig, n: int, dim: int) -> dict:
@@ -76,16 +92,19 @@ def index_parameters(config: DenseConfig, n: int, dim: int) -> dict:
         return {"metric": "inner_product", "M": config.hnsw_m, "efConstruction": config.ef_construction,
                 "efSearch": config.ef_search}
     nlist = config.nlist or max(1, min(int(4 * math.sqrt(n)), n // 39))
+    if nlist > n:
+        raise InputError(f"IVF: nlist={nlist} is more than the {n} vectors to index")
+    if config.index == "ivfflat":
+        return {"metric": "inner_product", "nlist": nlist, "nprobe": min(config.nprobe, nlist),
+                "on_disk": config.on_disk}
     pq_m = config.pq_m or max(1, dim // 8)
     if dim % pq_m:
         raise InputError(f"IVF-PQ: the number of sub-quantizers m={pq_m} must divide the dimension {dim}")
-    if nlist > n:
-        raise InputError(f"IVF-PQ: nlist={nlist} is more than the {n} vectors to index")
     if n < 2 ** config.nbits:
         raise InputError(f"IVF-PQ: {n} vectors cannot train {2 ** config.nbits} centroids per sub-quantizer "
                          f"(nbits={config.nbits}); use fewer bits (e.g. --nbits 4) or a flat index")
     return {"metric": "inner_product", "nlist": nlist, "m": pq_m, "nbits": config.nbits,
-            "nprobe": min(config.nprobe, nlist)}
+            "nprobe": min(config.nprobe, nlist), "on_disk": config.on_disk}
 
 
 def new_index(kind: str, dim: int, params: dict):
@@ -99,26 +118,89 @@ def new_index(kind: str, dim: int, params: dict):
         index.hnsw.efConstruction = params["efConstruction"]
         index.hnsw.efSearch = params["efSearch"]
         return index
-    if kind == "ivfpq":
+    if kind in IVF_TYPES:
         quantizer = faiss.IndexFlatIP(dim)
-        index = faiss.IndexIVFPQ(quantizer, dim, params["nlist"], params["m"], params["nbits"],
-                                 faiss.METRIC_INNER_PRODUCT)
+        if kind == "ivfflat":
+            index = faiss.IndexIVFFlat(quantizer, dim, params["nlist"], faiss.METRIC_INNER_PRODUCT)
+        else:
+            index = faiss.IndexIVFPQ(quantizer, dim, params["nlist"], params["m"], params["nbits"],
+                                     faiss.METRIC_INNER_PRODUCT)
         index.nprobe = params["nprobe"]
         return index
     raise InputError(f"unknown dense index type {kind!r}; known: {', '.join(INDEX_TYPES)}")
 
 
-def index_from_vectors(vectors: np.ndarray, kind: str, params: dict, *, chunk: int = 65536, train_sample: int = 262144,
-                       seed: int = 0):
-    """Build a faiss index of ``kind`` from stored vectors (any float dtype, e.g. the float16 ``vectors.npy``)."""
+@contextlib.contextmanager
+def _native_stdout_to_stderr():
+    """faiss's on-disk lists report on C stdout (resizing the file, finding it in another directory): sent to stderr,
+    where they cannot mix with a run written to stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _trained(vectors: np.ndarray, kind: str, params: dict, train_sample: int, seed: int):
     n, dim = vectors.shape
     index = new_index(kind, dim, params)
     if not index.is_trained:
         rows = np.sort(np.random.default_rng(seed).choice(n, size=min(n, train_sample), replace=False))
         index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
-    for start in range(0, n, chunk):
-        index.add(np.ascontiguousarray(vectors[start:start + chunk], dtype=np.float32))
     return index
+
+
+def _add(index, vectors: np.ndarray, start: int, stop: int, chunk: int, *, with_ids: bool = False) -> None:
+    """Add rows ``start:stop`` of ``vectors``, ``chunk`` at a time; ``with_ids``: under their row numbers (a part of
+    an on-disk index, whose lists are merged as they are)."""
+    for at in range(start, stop, chunk):
+        rows = np.ascontiguousarray(vectors[at:min(stop, at + chunk)], dtype=np.float32)
+        if with_ids:
+            index.add_with_ids(rows, np.arange(at, at + len(rows), dtype=np.int64))
+        else:
+            index.add(rows)
+
+
+def index_from_vectors(vectors: np.ndarray, kind: str, params: dict, *, chunk: int = 65536, train_sample: int = 262144,
+                       seed: int = 0):
+    """Build a faiss index of ``kind`` from stored vectors (any float dtype, e.g. the float16 ``vectors.npy``)."""
+    index = _trained(vectors, kind, params, train_sample, seed)
+    _add(index, vectors, 0, len(vectors), chunk)
+    return index
+
+
+def write_on_disk_index(vectors: np.ndarray, kind: str, params: dict, out: Path, *, part_rows: int = PART_ROWS,
+                        chunk: int = 65536, train_sample: int = 262144, seed: int = 0) -> int:
+    """Write an IVF index of ``kind`` over stored ``vectors`` (memory-mapped, e.g. ``vectors.npy``) to ``out`` as
+    ``index.faiss`` with its inverted lists in ``index.ivfdata``; return the number of parts merged. Trained as
+    :func:`index_from_vectors` trains (same sample, same seed), so its lists equal the in-memory index's."""
+    import shutil
+
+    import faiss
+    from faiss.contrib.ondisk import merge_ondisk
+
+    if kind not in IVF_TYPES:
+        raise InputError(f"an on-disk dense index is an IVF index ({', '.join(IVF_TYPES)}), not {kind!r}")
+    index = _trained(vectors, kind, params, train_sample, seed)
+    parts_dir = out / "ivf-parts.partial"
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    parts = []
+    try:
+        for i, start in enumerate(range(0, len(vectors), part_rows)):
+            part = faiss.clone_index(index)
+            _add(part, vectors, start, min(len(vectors), start + part_rows), chunk, with_ids=True)
+            parts.append(str(parts_dir / f"{i:06d}.faiss"))
+            faiss.write_index(part, parts[-1])
+            del part
+        with _native_stdout_to_stderr():
+            merge_ondisk(index, parts, str(out / LISTS_FILE))
+        faiss.write_index(index, str(out / INDEX_FILE))
+    finally:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+    return len(parts)
 
 
 class ReusedVectors:
@@ -180,8 +262,9 @@ def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | 
     dim = encoder.dim
     reuse = ReusedVectors(config.vectors_from, encoder, corpus_sha256) if config.vectors_from else None
     raw_path = out / "vectors.f16.partial"
-    # exact and HNSW indexes take the float32 vectors as they come; IVF-PQ is trained once all are known
-    streaming = new_index(config.index, dim, index_parameters(config, 1 << 20, dim)) if config.index != "ivfpq" else None
+    # exact and HNSW indexes take the float32 vectors as they come; an IVF index is trained once all are known
+    streaming = new_index(config.index, dim, index_parameters(config, 1 << 20, dim)) \
+        if config.index not in IVF_TYPES else None
     n = 0
     with open(out / DOCIDS_FILE, "w", encoding="utf-8") as ids, open(raw_path, "wb") as raw:
         for chunk in batched(documents, config.chunk_size):
@@ -206,11 +289,13 @@ def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | 
     del stored, source
     os.remove(raw_path)
     params = index_parameters(config, n, dim)
-    if streaming is None:
-        index = index_from_vectors(np.load(out / VECTORS_FILE, mmap_mode="r"), config.index, params)
+    if config.on_disk:
+        params["parts"] = write_on_disk_index(np.load(out / VECTORS_FILE, mmap_mode="r"), config.index, params, out)
     else:
-        index = streaming
-    faiss.write_index(index, str(out / INDEX_FILE))
+        index = streaming if streaming is not None else \
+            index_from_vectors(np.load(out / VECTORS_FILE, mmap_mode="r"), config.index, params)
+        faiss.write_index(index, str(out / INDEX_FILE))
+        del index
     entry = {k: v for k, v in asdict(config).items() if k in ("batch_size", "chunk_size")}
     reused = {} if reuse is None else {
         "vectors_reused": {**reuse.source, "documents": reuse.reused, "encoded": n - reuse.reused}}
@@ -234,7 +319,13 @@ class DenseIndex:
         self.path, self.entry = Path(path), entry
         self.kind = entry.get("index", "flat")
         self.encoder_settings = entry.get("encoder", {})
-        self.faiss = faiss.read_index(str(self.path / INDEX_FILE))
+        self.on_disk = bool(entry.get("parameters", {}).get("on_disk"))
+        # an on-disk index finds its lists (index.ivfdata) beside index.faiss, wherever the directory now is
+        if self.on_disk:
+            with _native_stdout_to_stderr():
+                self.faiss = faiss.read_index(str(self.path / INDEX_FILE), faiss.IO_FLAG_ONDISK_SAME_DIR)
+        else:
+            self.faiss = faiss.read_index(str(self.path / INDEX_FILE))
         with open(self.path / DOCIDS_FILE, encoding="utf-8") as f:
             self.docids = [line.rstrip("\n") for line in f]
         if len(self.docids) != self.faiss.ntotal:
@@ -274,7 +365,7 @@ class DenseIndex:
 
         if self.kind == "hnsw" and ef_search:
             return faiss.SearchParametersHNSW(efSearch=int(ef_search))
-        if self.kind == "ivfpq" and nprobe:
+        if self.kind in IVF_TYPES and nprobe:
             return faiss.SearchParametersIVF(nprobe=int(nprobe))
         return None
 

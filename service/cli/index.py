@@ -17,7 +17,7 @@ def cmd_build(args) -> int:
         dense = DenseConfig(index=args.dense_index, model=args.dense_model, device=args.device,
                             batch_size=args.batch_size, chunk_size=args.dense_chunk_size, hnsw_m=args.hnsw_m,
                             ef_construction=args.ef_construction, ef_search=args.ef_search, nlist=args.nlist,
-                            pq_m=args.pq_m, nbits=args.nbits,
+                            pq_m=args.pq_m, nbits=args.nbits, on_disk=args.dense_on_disk,
                             nprobe=args.nprobe, vectors_from=args.dense_vectors_from)
         dense.check()
     learned = {"deepct_model": args.deepct_model, "deepimpact_model": args.deepimpact_model, "device": args.device}
@@ -117,8 +117,12 @@ def add_parsers(sub) -> None:
                    "N; the manifest records the shard and the whole collection's document count. Serve all N with "
                    "`weir serve --shards DIR,...` (scores as one index over the whole collection)")
     d = b.add_argument_group("dense component (--with ...,dense)")
-    d.add_argument("--dense-index", choices=("flat", "hnsw", "ivfpq"), default="flat",
-                   help="faiss index: flat (exact inner product, default), hnsw or ivfpq")
+    d.add_argument("--dense-index", choices=("flat", "hnsw", "ivfflat", "ivfpq"), default="flat",
+                   help="faiss index: flat (exact inner product, default), hnsw, ivfflat (exact vectors in nlist "
+                   "lists, nprobe searched) or ivfpq (compressed)")
+    d.add_argument("--dense-on-disk", action="store_true",
+                   help="IVF indexes: keep the inverted lists in index.ivfdata, memory-mapped at search, so that "
+                   "neither the build nor the server holds all vectors in memory (for indexes larger than memory)")
     d.add_argument("--dense-model", default=None,
                    help="encoder: Hugging Face name or local path (default: all-MiniLM-L6-v2, offline copy)")
     d.add_argument("--device", default=None, help="encoding device (default: cuda when available, else cpu)")
@@ -129,10 +133,10 @@ def add_parsers(sub) -> None:
     d.add_argument("--hnsw-m", type=int, default=32, help="HNSW: neighbours per node M (default 32)")
     d.add_argument("--ef-construction", type=int, default=200, help="HNSW: efConstruction (default 200)")
     d.add_argument("--ef-search", type=int, default=128, help="HNSW: efSearch stored as the default (default 128)")
-    d.add_argument("--nlist", type=int, default=None, help="IVF-PQ: inverted lists (default: ~4*sqrt(n))")
+    d.add_argument("--nlist", type=int, default=None, help="IVF: inverted lists (default: ~4*sqrt(n))")
     d.add_argument("--pq-m", type=int, default=None, help="IVF-PQ: sub-quantizers m, dividing the dim (default dim/8)")
     d.add_argument("--nbits", type=int, default=8, help="IVF-PQ: bits per sub-quantizer code (default 8)")
-    d.add_argument("--nprobe", type=int, default=16, help="IVF-PQ: lists probed, stored as the default (default 16)")
+    d.add_argument("--nprobe", type=int, default=16, help="IVF: lists probed, stored as the default (default 16)")
     d.add_argument("--dense-vectors-from", metavar="INDEX", default=None,
                    help="reuse the vectors of INDEX (same corpus file, a flat dense component of the same encoder) "
                    "for the documents it has, encoding only the others: a rebuild with other pruning or another "

@@ -90,3 +90,53 @@ def test_dense_and_hybrid_reproduce_on_scifact(index_factory):
     print(f"HNSW (M=32, efC=200, efS=128) recall@10 vs exact on SciFact: {recall:.4f}")
     assert isinstance(hnsw, faiss.IndexHNSWFlat)
     assert recall > 0.95
+
+
+def test_an_on_disk_ivf_index_searches_as_the_one_in_memory(tmp_path):
+    """IVF-Flat with its lists in index.ivfdata (built in parts, merged, memory-mapped at search, found beside
+    index.faiss after the build's directory is renamed into place) gives the in-memory index's hits, ids and scores,
+    for every ADI query, also to 8 concurrent callers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from indexer.build import build_index
+    from indexer.dense import DenseConfig, index_parameters, open_dense, write_on_disk_index
+    from indexer.index_dir import Index, verify
+    from ranker.retrievers.dense import DenseRetriever
+    from weir.trec import read_topics
+
+    adi = collection("adi")
+    build_index(adi, tmp_path / "flat", components=("dense",), dense=DenseConfig(chunk_size=16))
+    indexes = {}
+    for on_disk in (False, True):
+        out = tmp_path / f"ivf-{'disk' if on_disk else 'memory'}"
+        manifest = build_index(adi, out, components=("dense",),
+                               dense=DenseConfig(index="ivfflat", nlist=2, nprobe=1, on_disk=on_disk,
+                                                 vectors_from=str(tmp_path / "flat")))
+        verify(out)
+        assert (out / "dense" / "index.ivfdata").is_file() == on_disk
+        assert manifest["components"]["dense"]["parameters"]["on_disk"] == on_disk
+        indexes[on_disk] = Index(out)
+    # more parts than one: 82 vectors in parts of 20, merged into the lists of the in-memory index
+    dense = open_dense(indexes[True])
+    parts = write_on_disk_index(np.load(tmp_path / "flat" / "dense" / "vectors.npy"), "ivfflat",
+                                index_parameters(DenseConfig(index="ivfflat", nlist=2, nprobe=1), 82, 384),
+                                tmp_path / "parts", part_rows=20)
+    assert parts == 5
+    queries = read_topics(adi / "queries.tsv")
+    memory = DenseRetriever(indexes[False])(queries, k=10)
+    assert sum(len(h) for h in memory.values()) == 10 * len(queries)
+    disk = DenseRetriever(indexes[True])
+    for q in queries:
+        assert [(h.doc_id, h.score) for h in disk([q], k=10)[q.id]] == [(h.doc_id, h.score) for h in memory[q.id]]
+    import faiss
+
+    merged = faiss.read_index(str(tmp_path / "parts" / "index.faiss"), faiss.IO_FLAG_ONDISK_SAME_DIR)
+    vectors = DenseRetriever(indexes[True]).encode(queries)
+    assert np.array_equal(merged.search(vectors, 10)[1], dense.search(vectors, 10)[1])
+
+    def ask(q):
+        return q.id, [(h.doc_id, h.score) for h in disk([q], k=10)[q.id]]
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, queries * 4))
+    assert all(hits == [(h.doc_id, h.score) for h in memory[qid]] for qid, hits in answers)
