@@ -19,8 +19,10 @@ computed.
   and of the quality estimator's chunk (1024 for ``learned``): a worker runs exactly the forward passes a single
   process runs, over the same documents, so scores, weights and vectors are the same bits (a transformer's output
   for a row changes in its last bits with the other rows of its batch).
-- **Statistics.** A BM25-shaped head needs the whole collection's document frequencies and mean length. The driver
-  gathers them in its reading pass and hands them to every worker once (``ray.put``).
+- **Statistics.** A BM25-shaped head needs the whole collection's document frequencies and mean length. The
+  workers count them first, block by block, into ``statistics/`` (tokenizing is nine tenths of a serial reading
+  pass: measured 3.8 s against 0.4 s for the 39,610 DL pool passages); the counts are summed and handed to every
+  worker once (``ray.put``) before any block is weighed.
 - **Workers.** Ray Data ``map_batches`` over the blocks with an actor pool of ``workers`` actors: one GPU each when
   the cluster has GPUs, else ``cpus_per_worker`` CPUs and as many torch threads. Each actor loads its models once
   and reads its blocks from the corpus file, so the corpus must be on a filesystem every node sees.
@@ -55,7 +57,7 @@ from indexer.collections import Corpus
 from weir.provenance import sha256_file
 from weir.types import InputError
 
-PLAN, SHARDS, WORKERS = "plan.json", "shards", "workers"
+PLAN, SHARDS, WORKERS, STATISTICS = "plan.json", "shards", "workers", "statistics"
 PLAN_VERSION = 1
 LOCAL = "local"
 
@@ -174,6 +176,42 @@ def plan_blocks(corpus: Corpus, size: int, keep: set[str] | None, statistics: bo
     if count:
         blocks.append(Block(len(blocks), start[0], start[1], count))
     return blocks, stats
+
+
+class StatisticsWorker:
+    """A Ray Data actor: per block, the collection statistics of its documents (df, documents, terms), written to
+    ``statistics/`` of the work directory; summed by :func:`collection_statistics`."""
+
+    def __init__(self, *, corpus: str, skip_empty: bool, keep, work_dir: str):
+        import ray
+
+        self.corpus = Corpus(corpus, skip_empty=skip_empty)
+        self.keep = ray.get(keep) if isinstance(keep, ray.ObjectRef) else keep
+        self.work = Path(work_dir)
+
+    def __call__(self, batch: dict) -> dict:
+        from indexer.weighting.model import CollectionTermCounts
+
+        out: dict[str, list] = {"documents": [], "seconds": []}
+        for i, offset, lineno, count in zip(batch["index"], batch["offset"], batch["lineno"], batch["count"]):
+            started = time.perf_counter()
+            counts = CollectionTermCounts()
+            for doc in self.corpus.read_block(int(offset), int(lineno), int(count), self.keep):
+                counts.add(doc.contents)
+            write_shard(self.work, int(i), counts, STATISTICS)
+            out["documents"].append(counts.n_docs)
+            out["seconds"].append(time.perf_counter() - started)
+        return out
+
+
+def collection_statistics(work: Path, blocks: list[Block]):
+    """The whole collection's statistics: the sum of every block's (``statistics/``)."""
+    from indexer.weighting.model import CollectionTermCounts
+
+    total = CollectionTermCounts()
+    for block in tqdm(blocks, desc="summing statistics", unit="block", mininterval=1.0):
+        total.merge(read_shard(work, block.index, STATISTICS))
+    return total
 
 
 class BlockWorker:
@@ -342,7 +380,7 @@ def _open_work(work: Path, phase: Phase, plan: dict) -> set[int]:
         if previous is not None:
             tqdm.write(f"{work}: {phase.name} shards of another plan (corpus, models or settings changed); that "
                        "phase starts afresh")
-            for part in (phase.shards, WORKERS):
+            for part in (phase.shards, WORKERS, *([STATISTICS] if phase is ENCODING else [])):
                 shutil.rmtree(work / part, ignore_errors=True)
         elif work.is_dir() and any(work.iterdir()) and not any((work / p.plan).is_file() for p in PHASES):
             raise InputError(f"{work}: not empty, and not the work directory of a build (no {PLAN}); give another "
@@ -353,15 +391,18 @@ def _open_work(work: Path, phase: Phase, plan: dict) -> set[int]:
 
 
 def _run_phase(corpus: Corpus, work: Path, phase: Phase, blocks: list[Block], done: set[int],
-               ray_options: RayOptions, worker: dict, *, keep=None, stats=None, neural: bool = True) -> dict:
-    """Run the blocks that have no shard yet through the actor pool (in the child process); what the child
-    reported (rows per block computed, CPUs and GPUs per worker, seconds), or nothing when every block was done."""
+               ray_options: RayOptions, worker: dict, *, keep=None, statistics: bool = False,
+               neural: bool = True) -> dict:
+    """Run the blocks that have no shard yet through the actor pool (in the child process), after counting the
+    collection's statistics over every block when ``statistics``; what the child reported (rows per block computed,
+    CPUs and GPUs per worker, seconds), or nothing when every block was done."""
     pending = [b for b in blocks if b.index not in done]
     if not pending:
         return {}
     job = {"ray": asdict(ray_options), "pending": [asdict(b) for b in pending], "phase": phase.name,
            "neural": neural, "total": sum(b.count for b in blocks),
-           "initial": sum(b.count for b in blocks if b.index in done), "keep": keep, "stats": stats,
+           "initial": sum(b.count for b in blocks if b.index in done), "keep": keep,
+           "statistics": [asdict(b) for b in blocks] if statistics else None,
            "worker": {"corpus": str(corpus.path.resolve()), "skip_empty": corpus.skip_empty,
                       "work_dir": str(work.resolve()), "shards": phase.shards, **worker}}
     return _run_child(work, job)
@@ -460,7 +501,7 @@ def compute_shards(corpus: Corpus, components: tuple[str, ...], options: dict, k
     for kind in kinds:
         card = json.loads((model_path(kind, options) / "card.json").read_text(encoding="utf-8"))
         needs_statistics |= card.get("shape") == "bm25" or bool(card.get("features"))
-    blocks, stats = plan_blocks(corpus, size, keep, needs_statistics)
+    blocks, _ = plan_blocks(corpus, size, keep, statistics=False)  # the workers count the statistics
     keep_digest = None
     if keep is not None:
         keep_digest = hashlib.sha256("\n".join(sorted(keep)).encode()).hexdigest()
@@ -470,10 +511,15 @@ def compute_shards(corpus: Corpus, components: tuple[str, ...], options: dict, k
     done = _open_work(work, ENCODING, plan)
     worker = {"kinds": kinds, "dense": dense, "device": device or learned.get("device"),
               "learned": {**{k: str(model_path(k, options)) for k in kinds}, "batch_size": learned.get("batch_size")}}
-    ran = _run_phase(corpus, work, ENCODING, blocks, done, ray_options, worker, keep=keep, stats=stats)
+    ran = _run_phase(corpus, work, ENCODING, blocks, done, ray_options, worker, keep=keep,
+                     statistics=needs_statistics)
     _hand_over(work, blocks, kinds, dense, options)
-    return {**_entry(ray_options, ran, blocks, done, size, work, started),
-            "statistics": "the whole collection's (gathered by the driver)" if stats is not None else None}
+    entry = _entry(ray_options, ran, blocks, done, size, work, started)
+    if needs_statistics:
+        entry["statistics"] = "the whole collection's, counted by the workers block by block and summed"
+        if ran.get("statistics"):
+            entry["steps"]["statistics"] = ran["statistics"]
+    return entry
 
 
 def _run_child(work: Path, job: dict) -> dict:
@@ -537,8 +583,15 @@ def _run_job(spec: Path) -> None:
                              f"{resources.get('CPU', 0):g} CPUs; ask for fewer workers or --ray-cpus-per-worker")
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
-        kwargs = {**job["worker"], "keep": ray.put(job["keep"]) if job["keep"] is not None else None,
-                  "stats": ray.put(job["stats"]) if job["stats"] is not None else None,
+        keep = ray.put(job["keep"]) if job["keep"] is not None else None
+        stats, counted = None, None
+        if job.get("statistics"):
+            stats, counted = _count_statistics(work, [Block(**b) for b in job["statistics"]], options, cpus,
+                                               {"corpus": job["worker"]["corpus"],
+                                                "skip_empty": job["worker"]["skip_empty"], "keep": keep,
+                                                "work_dir": job["worker"]["work_dir"]})
+            stats = ray.put(stats)
+        kwargs = {**job["worker"], "keep": keep, "stats": stats,
                   "threads": None if gpus else max(1, int(cpus)),
                   "device": "cuda" if gpus else (job["worker"]["device"] or "cpu")}
         items = job["pending"]
@@ -558,8 +611,35 @@ def _run_job(spec: Path) -> None:
     finally:
         if started_here:
             ray.shutdown()
-    (work / "job-result.json").write_text(json.dumps({"cpus": cpus, "gpus": gpus, "rows": rows,
+    (work / "job-result.json").write_text(json.dumps({"cpus": cpus, "gpus": gpus, "rows": rows, "statistics": counted,
                                                       "seconds": round(time.perf_counter() - started, 3)}))
+
+
+def _count_statistics(work: Path, blocks: list[Block], options: RayOptions, cpus: float, kwargs: dict):
+    """In the child: every block's statistics counted by an actor pool (those counted by an interrupted run kept),
+    then summed; and the step's record (worker-seconds, documents, the sum's seconds)."""
+    import ray.data
+
+    pending = [asdict(b) for b in blocks if not shard_path(work, b.index, STATISTICS).is_file()]
+    seconds = documents = 0.0
+    if pending:
+        ds = ray.data.from_items(pending, override_num_blocks=len(pending)).map_batches(
+            StatisticsWorker, batch_size=1,
+            compute=ray.data.ActorPoolStrategy(size=options.workers, max_tasks_in_flight_per_actor=1),
+            fn_constructor_kwargs=kwargs, num_cpus=cpus, ray_remote_args_fn=_restartable)
+        with tqdm(total=len(blocks), initial=len(blocks) - len(pending), desc="ray: collection statistics",
+                  unit="block", mininterval=1.0) as bar:
+            for row in ds.iter_rows():
+                seconds += float(row["seconds"])
+                documents += int(row["documents"])
+                bar.update(1)
+    started = time.perf_counter()
+    total = collection_statistics(work, blocks)
+    record = {"worker_seconds": round(seconds, 3), "documents": int(documents), "blocks_counted": len(pending),
+              "sum_seconds": round(time.perf_counter() - started, 3)}
+    if seconds > 0:
+        record["passages_per_worker_second"] = round(documents / seconds, 2)
+    return total, record
 
 
 class ShardVectors:

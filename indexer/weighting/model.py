@@ -70,6 +70,13 @@ class CollectionTermCounts:
         self.n_docs += 1
         self.total_terms += len(ts)
 
+    def merge(self, other: CollectionTermCounts) -> CollectionTermCounts:
+        """Add ``other``'s counts (another part of the same collection) to these; return self."""
+        self.df.update(other.df)
+        self.n_docs += other.n_docs
+        self.total_terms += other.total_terms
+        return self
+
 
 class TermStatistics:
     """Term counts of every document and document frequencies of a corpus, for the optional lexical features.

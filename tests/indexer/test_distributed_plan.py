@@ -109,3 +109,22 @@ def test_an_estimator_that_compares_documents_is_not_scored_in_blocks(tmp_path):
     with pytest.raises(InputError, match="compares documents with each other"):
         score_quality(_corpus(tmp_path, 20), open_estimator("duplicates"), PruneSpec("duplicates", 0.1),
                       tmp_path / "index", RayOptions())
+
+
+def test_the_workers_block_statistics_sum_to_the_whole_collections(tmp_path):
+    """What the workers count block by block (``statistics/``), summed, is what one pass over the collection counts:
+    the BM25 priors of every block are the single-process build's."""
+    from indexer.distributed import StatisticsWorker, collection_statistics
+
+    corpus = _corpus(tmp_path, 700)
+    keep = {d.id for d in corpus if not d.id.endswith("5")}
+    for kept in (None, keep):
+        blocks, whole = plan_blocks(corpus, 256, kept, statistics=True)
+        work = tmp_path / f"work-{kept is None}"
+        worker = StatisticsWorker(corpus=str(corpus.path), skip_empty=True, keep=kept, work_dir=str(work))
+        rows = worker({"index": [b.index for b in blocks], "offset": [b.offset for b in blocks],
+                       "lineno": [b.lineno for b in blocks], "count": [b.count for b in blocks]})
+        assert sum(rows["documents"]) == sum(b.count for b in blocks)
+        summed = collection_statistics(work, blocks)
+        assert (summed.n_docs, summed.total_terms, dict(summed.df)) == (whole.n_docs, whole.total_terms,
+                                                                        dict(whole.df))
