@@ -114,9 +114,11 @@ def cmd_scaling(args) -> None:
             ray_s = statistics.median(x["ray_seconds"] for x in d)
             total = statistics.median(m["timings"]["total_seconds"] for m in ms)
             steps = ", ".join(f"{s} {statistics.median(x['steps'][s]['passages_per_worker_second'] for x in d):.1f}/s"
-                              for s in ("term_weighting", "dense") if s in d[0]["steps"])
+                              for s in ("statistics", "term_weighting", "dense") if s in d[0]["steps"])
+            driver = statistics.median(m["timings"]["total_seconds"] - m["distributed"]["ray_seconds"] for m in ms)
             print(f"{workers} worker(s) x {d[0]['cpus_per_worker']:g} CPU: {n} passages, Ray part {ray_s:.1f}s "
-                  f"({n / ray_s:.1f} passages/s, all steps), whole build {total:.1f}s; per worker-second: {steps}")
+                  f"({n / ray_s:.1f} passages/s, all steps), whole build {total:.1f}s, of which the driver "
+                  f"{driver:.1f}s; per worker-second: {steps}")
 
 
 def main() -> None:

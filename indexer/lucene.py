@@ -53,8 +53,10 @@ def build_bm25(documents: Iterable[Document], out: Path, *, threads: int | None 
 def index_pretokenized(out: Path, contents: Iterable[tuple[str, str]], args: list[str],
                        threads: int | None) -> tuple[int, int]:
     """Index (docid, whitespace-separated terms) pairs with ``-pretokenized`` (plus ``args``, e.g. ``-impact``); a
-    document without terms is left out. Returns (documents indexed, documents left out)."""
-    indexer = _indexer(out, ["-pretokenized", *args], threads or 1)
+    document without terms is left out. Returns (documents indexed, documents left out). ``threads`` (default: all
+    cores) index batches in parallel: Lucene's document order may then differ from the stream's, which no search
+    sees (``docids.txt`` maps the order, and ties are broken by collection id)."""
+    indexer = _indexer(out, ["-pretokenized", *args], threads or max(1, os.cpu_count() or 1))
     empty = 0
     try:
         for batch in batched(contents, BATCH):
