@@ -24,13 +24,16 @@ shards' lists by score, then by document id in UTF-8 byte order, which is the or
 holds every document of the global top ``n`` it owns, so nothing is missed. Rerankers score (query, candidate text)
 pairs of one query at a time, independently of their batch, so the reranked top k matches the single server's too.
 
-**Limits.** First stages served over shards: ``bm25``, ``deepct`` and ``dense`` with a flat (exact) faiss index (an
-HNSW or IVF shard's approximate top k is not the whole index's: refused at start-up). Exact ties of dense scores are
+``hybrid`` is fused at the front: each stage it fuses is scattered and merged into the whole collection's list to
+the fusion's depth, and the lists are fused with the single index's code and settings (tuned in the first shard's
+index, else the defaults), so it gives the single server's fused ranking.
+
+**Limits.** First stages served over shards: ``bm25``, ``deepct``, ``dense`` with a flat (exact) faiss index (an
+HNSW or IVF shard's approximate top k is not the whole index's: refused at start-up), and ``hybrid`` of them. Exact ties of dense scores are
 ordered by document id here, by faiss row in a single index. Rerankers: ``attention`` and ``crossencoder`` (they read
 the candidates' text only). ``ltr`` (its features read whole-index statistics and the dense vectors of one index),
 ``deepimpact`` (a build quantizes impacts with its own collection's largest impact, ``ceil(impact * 2^8 / max)``, so
-each shard's integer impacts are on its own scale) and the fusions (``hybrid``, ``deepimpact+bm25``) are not served
-over shards: a request for them is INVALID_ARGUMENT naming the reason, and a config that asks for them fails at
+each shard's integer impacts are on its own scale) and ``deepimpact+bm25`` are not served over shards: a request for them is INVALID_ARGUMENT naming the reason, and a config that asks for them fails at
 start-up. Every replica reads its shard from the filesystem it runs on: on several machines, the shard directories
 must be on storage each machine sees at the same path. The front itself is one process; run several behind a load
 balancer to replicate it.
@@ -62,13 +65,13 @@ from weir.types import Document, Hit, InputError, Query, Run
 
 log = logging.getLogger("weir.service.sharded")
 
-SHARDED_FIRST_STAGES = ("bm25", "deepct", "dense")
+SHARDED_FIRST_STAGES = ("bm25", "deepct", "dense", "hybrid")
 SHARDED_RERANKERS = ("attention", "crossencoder")
+SHARD_STAGES = ("bm25", "deepct", "dense")  # what a shard searches; hybrid fuses their merged lists at the front
 WHY_NOT = {
     "ltr": "its features read whole-index statistics and one index's dense vectors",
     "deepimpact": "each shard's impacts are quantized with that shard's own largest impact (another scale per shard)",
-    "hybrid": "fusion over shards is not wired",
-    "deepimpact+bm25": "fusion over shards is not wired",
+    "deepimpact+bm25": "it fuses deepimpact, whose shards quantize impacts each on its own scale",
 }
 # Hits travel between the deployments and the front as (doc_id, score) pairs per query: small to pickle
 
@@ -189,10 +192,27 @@ class RerankerDeployment:
 # --- the front -------------------------------------------------------------------------------------------------
 
 
+def hybrid_stages(index: Index, options: PipelineOptions) -> list[str]:
+    """The first stages ``hybrid`` fuses (its settings for ``index``), each checked to be searchable over shards."""
+    from ranker.retrievers.hybrid import hybrid_settings
+
+    stages = hybrid_settings(index, options.hybrid)["stages"]
+    for name in stages:
+        if name not in SHARD_STAGES:
+            raise InputError(f"hybrid over shards fuses {', '.join(SHARD_STAGES)}; {name!r} is not served over "
+                             f"shards: {WHY_NOT.get(name, 'not supported')}")
+    return stages
+
+
 def sharded_pipelines(first_index: Index, options: PipelineOptions) -> list[str]:
     """Every pipeline the shards support over Ray Serve: each shardable first stage the shards have, alone and
     followed by each shardable reranker whose model is there."""
     firsts = [n for n in SHARDED_FIRST_STAGES if registry.available(n, first_index, options)]
+    if "hybrid" in firsts:
+        try:
+            hybrid_stages(first_index, options)
+        except InputError:  # configured to fuse a stage the shards can not search
+            firsts.remove("hybrid")
     rerankers = [n for n in SHARDED_RERANKERS if registry.available(n, first_index, options)]
     return firsts + [f"{f}>>{r}" for f in firsts for r in rerankers]
 
@@ -232,6 +252,11 @@ class ShardedSearchService(SearchService):
         self.options = options
         self.searchers, self.rerankers = searchers, rerankers
         self.allowed = self._allowed_pipelines(options)
+        self.hybrid = None
+        if any(registry.parse(p)[0] == "hybrid" for p in self.allowed):
+            from ranker.retrievers.hybrid import hybrid_settings
+
+            self.hybrid = hybrid_settings(self.index, options.hybrid)
         self._start_admission("weir-front")
 
     def _allowed_pipelines(self, options: PipelineOptions) -> tuple[str, ...]:
@@ -298,7 +323,7 @@ class ShardedSearchService(SearchService):
             following = getattr(self.options, registry.RERANKERS[names[stage_index + 1]].options).depth
             return max(k, depth or following)
 
-        # the first stage: scattered to every shard, merged by (score, doc id)
+        # the first stage: scattered to every shard, merged by (score, doc id); hybrid fuses the merged lists
         keep()
         results: dict[int, list[tuple]] = {}
         owner: dict[str, int] = {}
@@ -307,15 +332,13 @@ class ShardedSearchService(SearchService):
             n = hand_on(0)
             texts = [items[i].query for i in live]
             timeout = self._timeout([items[i] for i in live])
-            calls = [s.search.remote(first, texts, n) for s in self.searchers]
-            per_shard = [self._result(c, timeout, f"shard {j}") for j, c in enumerate(calls)]
+            if first == "hybrid":
+                merged = self._fused(texts, n, timeout, owner)
+            else:
+                merged = [[(d, s, {first: s}) for d, s in hits] for hits in self._scatter(first, texts, n, timeout,
+                                                                                            owner)]
             for row, i in enumerate(live):
-                merged = []
-                for j, hits in enumerate(per_shard):
-                    merged.extend(hits[row])
-                    owner.update((d, j) for d, _ in hits[row])
-                merged.sort(key=lambda h: (-h[1], h[0]))
-                results[i] = [(d, s, {first: s}) for d, s in merged[:n]]
+                results[i] = merged[row]
             timings[first] = time.perf_counter() - start
         # each reranker once, its requests batched by @serve.batch with those of other batches
         for position, name in enumerate(rerankers, start=1):
@@ -352,6 +375,38 @@ class ShardedSearchService(SearchService):
             out.append((hits, {h.doc_id: docs.get(h.doc_id) for h in hits} if item.include_text else {},
                         timings, len(items)))
         return out
+
+    def _scatter(self, stage: str, texts: list[str], n: int, timeout: float | None,
+                 owner: dict[str, int]) -> list[list[tuple[str, float]]]:
+        """Per text, the whole collection's top ``n`` of ``stage``: every shard's top ``n``, merged by (score, doc
+        id); ``owner`` learns which shard holds each hit."""
+        calls = [s.search.remote(stage, texts, n) for s in self.searchers]
+        per_shard = [self._result(c, timeout, f"shard {j}") for j, c in enumerate(calls)]
+        out = []
+        for row in range(len(texts)):
+            merged = []
+            for j, hits in enumerate(per_shard):
+                merged.extend(hits[row])
+                owner.update((d, j) for d, _ in hits[row])
+            merged.sort(key=lambda h: (-h[1], h[0]))
+            out.append(merged[:n])
+        return out
+
+    def _fused(self, texts: list[str], n: int, timeout: float | None, owner: dict[str, int]) -> list[list[tuple]]:
+        """``hybrid`` over shards: each fused stage's whole-collection list (its shards' merged top k, to the
+        stage's depth), fused as one index's ``hybrid`` fuses them (:func:`ranker.retrievers.hybrid.fuse_runs`,
+        with the settings the first shard's index gives, tuned or default)."""
+        from ranker.retrievers.hybrid import fuse_runs
+
+        settings = self.hybrid
+        runs = []
+        for stage in settings["stages"]:
+            lists = self._scatter(stage, texts, max(settings["depth"], n), timeout, owner)
+            runs.append(Run({f"q{row}": [Hit(d, s, r, {stage: s}) for r, (d, s) in enumerate(hits, start=1)]
+                             for row, hits in enumerate(lists)}))
+        fused = fuse_runs(runs, method=settings["method"], weights=settings["weights"], k=settings["rrf_k"],
+                          depth=n, name="hybrid")
+        return [[(h.doc_id, h.score, h.stage_scores) for h in fused.get(f"q{row}", [])] for row in range(len(texts))]
 
     def _documents(self) -> int:
         return sum(s.num_docs for s in self.shards)
@@ -392,6 +447,8 @@ class ShardedServer(Server):
                                  "merge into the whole index's top k; rebuild the shards with --dense-index flat")
         names = [registry.parse(p) for p in served_pipelines(config, shards[0], options)]
         firsts = list(dict.fromkeys(n[0] for n in names))
+        if "hybrid" in firsts:  # the shards search what hybrid fuses; the front fuses
+            firsts = list(dict.fromkeys([*(f for f in firsts if f != "hybrid"), *hybrid_stages(shards[0], options)]))
         reranker_names = list(dict.fromkeys(r for n in names for r in n[1:]))
         # per shard, {component: the shard set's statistics} of the BM25-scored components served
         statistics: list[dict] = [{} for _ in paths]

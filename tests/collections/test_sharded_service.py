@@ -1,6 +1,6 @@
 """Sharded serving on Ray Serve (service/sharded.py) against one server over the whole index, through gRPC: the 2-shard
 top 10 of every SciFact test topic is the single server's (BM25, and BM25 >> attention on 8 of them), ranks and float
-scores alike; a flat dense index over ADI's 2 shards too; 8 concurrent callers of the sharded front get exactly the
+scores alike; a flat dense index over ADI's 2 shards too, and hybrid fused from the merged lists; 8 concurrent callers of the sharded front get exactly the
 sequential answers; unsupported pipelines and bad fields get their status codes.
 
 Ray and both servers run in a child process (tests/collections/sharded_harness.py) inside a loopback-only network
@@ -63,7 +63,7 @@ def results(index_factory, shard_factory, tmp_path_factory):
               "concurrent_calls": 0},
              {"pipeline": "bm25>>attention", "k": 10, "depth": ATTENTION_DEPTH,
               "queries": topics[:ATTENTION_QUERIES], "include_text": False, "concurrent_calls": 40}],
-         "errors": [{"pipeline": "bm25>>ltr"}, {"pipeline": "hybrid"}, {"pipeline": "nonsense"}, {"k": 0},
+         "errors": [{"pipeline": "bm25>>ltr"}, {"pipeline": "deepimpact+bm25"}, {"pipeline": "nonsense"}, {"k": 0},
                     {"query": " "}, {"depth": 5000}]},
         {"whole": str(index_factory("adi", "bm25,dense")), "shards": shard_factory("adi", "bm25,dense"),
          "ray": ray,
@@ -71,7 +71,9 @@ def results(index_factory, shard_factory, tmp_path_factory):
              {"pipeline": "dense", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
               "concurrent_calls": 80},
              {"pipeline": "bm25", "k": 82, "depth": 0, "queries": adi_topics, "include_text": False,
-              "concurrent_calls": 0}]},
+              "concurrent_calls": 0},
+             {"pipeline": "hybrid", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
+              "concurrent_calls": 80}]},
     ]}
     work = tmp_path_factory.mktemp("sharded-harness")
     (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
@@ -129,7 +131,21 @@ def test_flat_dense_shards_merge_into_the_whole_index_top_k(results):
     assert whole["sharded"] == whole["single"]
 
 
-@pytest.mark.parametrize("scenario, pipeline", [(0, "bm25"), (0, "bm25>>attention"), (1, "dense")])
+def test_hybrid_fuses_the_merged_lists_as_one_index_fuses_its_own(results):
+    """BM25 and dense each merged over the shards (the whole index's lists), then fused at the front: the single
+    server's hybrid (default z-score fusion, depth 1000). Dense inner products differ in their last bits between a
+    shard's faiss index and the whole one, so scores are compared to 1e-5."""
+    record = _pipeline(results, 1, "hybrid")
+    assert len(record["single"]) == 35 and all(record["single"])
+    for a, b in zip(record["sharded"], record["single"]):
+        assert [h[0] for h in a] == [h[0] for h in b] and [h[1] for h in a] == [h[1] for h in b]
+        assert [h[2] for h in a] == pytest.approx([h[2] for h in b], abs=1e-5)
+        assert all("hybrid" in h[3] and set(h[3]) <= {"bm25", "dense", "hybrid"} for h in a)  # a stage's own hits
+        for ha, hb in zip(a, b):
+            assert ha[3] == pytest.approx(hb[3], abs=1e-5)
+
+
+@pytest.mark.parametrize("scenario, pipeline", [(0, "bm25"), (0, "bm25>>attention"), (1, "dense"), (1, "hybrid")])
 def test_concurrent_callers_get_the_sequential_answers(results, scenario, pipeline):
     record = _pipeline(results, scenario, pipeline)
     concurrent = record["concurrent"]
@@ -151,6 +167,7 @@ def test_unsupported_pipelines_and_bad_fields_get_their_status_codes(results):
 
     assert code(pipeline="bm25>>ltr")[0] == "INVALID_ARGUMENT" and "ltr" in code(pipeline="bm25>>ltr")[1]
     assert "whole-index statistics" in code(pipeline="bm25>>ltr")[1]
-    assert code(pipeline="hybrid")[0] == "INVALID_ARGUMENT" and "not served over shards" in code(pipeline="hybrid")[1]
+    assert code(pipeline="deepimpact+bm25")[0] == "INVALID_ARGUMENT"
+    assert "not served over shards" in code(pipeline="deepimpact+bm25")[1]
     assert code(pipeline="nonsense")[0] == "INVALID_ARGUMENT"
     assert code(k=0)[0] == code(query=" ")[0] == code(depth=5000)[0] == "INVALID_ARGUMENT"

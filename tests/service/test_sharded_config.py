@@ -35,5 +35,6 @@ def test_pipelines_that_cannot_run_over_shards_say_why():
 
     assert unsupported_reason("bm25>>attention") is None and unsupported_reason("dense>>crossencoder") is None
     assert "whole-index statistics" in unsupported_reason("bm25>>ltr")
-    assert unsupported_reason("deepct") is None and "fusion" in unsupported_reason("hybrid")
+    assert unsupported_reason("deepct") is None and unsupported_reason("hybrid>>attention") is None
+    assert "quantize" in unsupported_reason("deepimpact+bm25")
     assert "quantized" in unsupported_reason("deepimpact>>attention")
