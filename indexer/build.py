@@ -149,9 +149,7 @@ def build_index(
     whole corpus, so a shard keeps what the whole index keeps), and the manifest records the shard.
     ``ray``: an :class:`indexer.distributed.RayOptions`; the per-document steps (quality scoring, term weighting,
     dense encoding) then run on Ray workers into resumable shard files, and the components are built from them
-    (:mod:`indexer.distributed`)."""
-    if ray is not None and shard is not None:
-        raise InputError("--ray and --shard do not go together yet: build each shard's index in a process of its own")
+    (:mod:`indexer.distributed`); with ``shard``, only the shard's documents go to the workers."""
     unknown = [c for c in components if c not in COMPONENTS]
     if unknown:
         raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
@@ -179,7 +177,11 @@ def build_index(
 
             if "dense" in components and not isinstance(dense, DenseConfig):
                 dense = options["dense"] = DenseConfig(**(dense or {}))
-            manifest["distributed"] = compute_shards(corpus, tuple(components), options, keep, out, ray,
+            todo = keep
+            if shard is not None:  # the workers weigh and encode only this shard's documents
+                ids = {d.id for i, d in enumerate(_progress(corpus, "shard documents")) if shard.takes(i)}
+                todo = ids if keep is None else ids & keep
+            manifest["distributed"] = compute_shards(corpus, tuple(components), options, todo, out, ray,
                                                      dense=dense if "dense" in components else None, device=device)
         stats = None
         in_shard: list[int] = []  # documents of the shard indexed, one count per component

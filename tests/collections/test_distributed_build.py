@@ -6,7 +6,8 @@ equal the single-process index's, ids, order and scores, and the dense vectors m
 
 With ``--prune learned:0.25`` the quality scoring runs on the workers too: over the whole of Cranfield (1,398 non-empty
 documents, two blocks of the learned estimator's 1024) its scores must be the single-process build's bits, prune the
-same documents and give the same BM25 runs; run again, the build reuses the quality shards.
+same documents and give the same BM25 runs; run again, the build reuses the quality shards. And ``--shard 1/2
+--ray`` gives the single-process shard index.
 
 Ray runs in a child process of the build, started here through the command line in a loopback-only network
 namespace where one can be made (root and ``unshare``): there Ray binds 127.0.0.1 only (../shared/DESIGN.md).
@@ -37,11 +38,11 @@ LEXICAL = "bm25,deepct,deepimpact"
 TIMEOUT = 900
 
 
-def _build(coll: Path, out: Path, work: Path, components: str = COMPONENTS) -> list[str]:
+def _build(coll: Path, out: Path, work: Path, components: str = COMPONENTS, extra: tuple[str, ...] = ()) -> list[str]:
     command = [sys.executable, "-m", "service.cli", "index", "build", "--collection", str(coll), "--out", str(out),
                "--with", components, "--skip-empty", "--dense-chunk-size", str(BLOCK), "--ray", "--ray-workers", "2",
                "--ray-cpus-per-worker", "1", "--ray-block-size", str(BLOCK), "--ray-work-dir", str(work),
-               "--keep-shards"]
+               "--keep-shards", *extra]
     return in_loopback_namespace(command)[0]
 
 
@@ -194,3 +195,31 @@ def test_quality_scoring_on_the_workers_prunes_as_one_process(tmp_path):
     ra, rb = registry.build("bm25", a)(queries, k=100), registry.build("bm25", b)(queries, k=100)
     for q in queries:
         assert [(h.doc_id, h.score) for h in ra[q.id]] == [(h.doc_id, h.score) for h in rb[q.id]], q.id
+
+
+def test_a_shard_built_on_ray_is_the_single_process_shard(subset, tmp_path):
+    """``--shard 1/2 --ray``: the workers weigh only the shard's 150 documents, and the shard index equals the one a
+    single process builds with ``--shard 1/2`` (runs, counts, the manifest's shard record)."""
+    from indexer.build import build_index
+    from indexer.index_dir import Index
+    from indexer.shards import ShardSpec
+    from ranker import registry
+    from weir.trec import read_topics
+
+    single = tmp_path / "single"
+    build_index(subset, single, components=tuple(LEXICAL.split(",")), skip_empty=True, shard=ShardSpec(1, 2))
+    out, work, log = tmp_path / "index", tmp_path / "work", tmp_path / "build.log"
+    with open(log, "wb") as stderr:
+        done = subprocess.run(_build(subset, out, work, LEXICAL, ("--shard", "1/2")), cwd=ROOT, stdout=stderr,
+                              stderr=stderr, timeout=TIMEOUT, check=False)
+    assert done.returncode == 0, log.read_text(errors="replace")[-3000:]
+    a, b = Index(single), Index(out)
+    assert a.manifest["shard"] == b.manifest["shard"] and a.manifest["counts"] == b.manifest["counts"]
+    assert b.manifest["counts"]["documents"] == DOCUMENTS // 2
+    ran = b.manifest["distributed"]
+    assert (ran["blocks"], ran["steps"]["term_weighting"]["documents"]) == (1, DOCUMENTS // 2)
+    queries = read_topics(subset / "queries.tsv")
+    for name in LEXICAL.split(","):
+        ra, rb = registry.build(name, a)(queries, k=100), registry.build(name, b)(queries, k=100)
+        for q in queries:
+            assert [(h.doc_id, h.score) for h in ra[q.id]] == [(h.doc_id, h.score) for h in rb[q.id]], (name, q.id)
