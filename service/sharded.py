@@ -29,12 +29,12 @@ the fusion's depth, and the lists are fused with the single index's code and set
 index, else the defaults), so it gives the single server's fused ranking.
 
 **Limits.** First stages served over shards: ``bm25``, ``deepct``, ``dense`` with a flat (exact) faiss index (an
-HNSW or IVF shard's approximate top k is not the whole index's: refused at start-up), and ``hybrid`` of them. Exact ties of dense scores are
-ordered by document id here, by faiss row in a single index. Rerankers: ``attention`` and ``crossencoder`` (they read
-the candidates' text only). ``ltr`` (its features read whole-index statistics and the dense vectors of one index),
+HNSW or IVF shard's approximate top k is not the whole index's: refused at start-up), and ``hybrid`` of them.
+Exact ties of dense scores are ordered by document id here, by faiss row in a single index. Rerankers: ``attention``
+and ``crossencoder`` (they read the candidates' text only). ``ltr`` (its features read whole-index statistics and the dense vectors of one index),
 ``deepimpact`` (a build quantizes impacts with its own collection's largest impact, ``ceil(impact * 2^8 / max)``, so
-each shard's integer impacts are on its own scale) and ``deepimpact+bm25`` are not served over shards: a request for them is INVALID_ARGUMENT naming the reason, and a config that asks for them fails at
-start-up. Every replica reads its shard from the filesystem it runs on: on several machines, the shard directories
+each shard's integer impacts are on its own scale) and ``deepimpact+bm25`` are not served over shards: a request
+for them is INVALID_ARGUMENT naming the reason, and a config that asks for them fails at start-up. Every replica reads its shard from the filesystem it runs on: on several machines, the shard directories
 must be on storage each machine sees at the same path. The front itself is one process; run several behind a load
 balancer to replicate it.
 """
@@ -376,11 +376,15 @@ class ShardedSearchService(SearchService):
                         timings, len(items)))
         return out
 
+    def _send(self, stage: str, texts: list[str], n: int) -> list:
+        """Ask every shard for its top ``n`` of ``stage`` per text (the calls run while the caller sends others)."""
+        return [s.search.remote(stage, texts, n) for s in self.searchers]
+
     def _scatter(self, stage: str, texts: list[str], n: int, timeout: float | None,
-                 owner: dict[str, int]) -> list[list[tuple[str, float]]]:
-        """Per text, the whole collection's top ``n`` of ``stage``: every shard's top ``n``, merged by (score, doc
-        id); ``owner`` learns which shard holds each hit."""
-        calls = [s.search.remote(stage, texts, n) for s in self.searchers]
+                 owner: dict[str, int], calls: list | None = None) -> list[list[tuple[str, float]]]:
+        """Per text, the whole collection's top ``n`` of ``stage``: every shard's top ``n`` (``calls`` already
+        sent, else sent now), merged by (score, doc id); ``owner`` learns which shard holds each hit."""
+        calls = calls if calls is not None else self._send(stage, texts, n)
         per_shard = [self._result(c, timeout, f"shard {j}") for j, c in enumerate(calls)]
         out = []
         for row in range(len(texts)):
@@ -399,9 +403,11 @@ class ShardedSearchService(SearchService):
         from ranker.retrievers.hybrid import fuse_runs
 
         settings = self.hybrid
+        depth = max(settings["depth"], n)
+        sent = [self._send(stage, texts, depth) for stage in settings["stages"]]  # every stage's calls at once
         runs = []
-        for stage in settings["stages"]:
-            lists = self._scatter(stage, texts, max(settings["depth"], n), timeout, owner)
+        for stage, calls in zip(settings["stages"], sent):
+            lists = self._scatter(stage, texts, depth, timeout, owner, calls)
             runs.append(Run({f"q{row}": [Hit(d, s, r, {stage: s}) for r, (d, s) in enumerate(hits, start=1)]
                              for row, hits in enumerate(lists)}))
         fused = fuse_runs(runs, method=settings["method"], weights=settings["weights"], k=settings["rrf_k"],
