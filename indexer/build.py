@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from indexer.collections import Collection, Corpus
 from indexer.index_dir import FORMAT_VERSION, Timer, staged_directory, tree_checksum, write_manifest
+from indexer.weighting.build import learned_kinds
 from weir.provenance import sha256_file, utc_now, versions
 from weir.types import Document, InputError
 
@@ -137,6 +138,7 @@ def build_index(
     device: str | None = None,
     shard=None,
     ray=None,
+    weights=None,
 ) -> dict:
     """Build the requested components of an index for ``collection`` at ``out``; return the manifest.
 
@@ -149,10 +151,14 @@ def build_index(
     whole corpus, so a shard keeps what the whole index keeps), and the manifest records the shard.
     ``ray``: an :class:`indexer.distributed.RayOptions`; the per-document steps (quality scoring, term weighting,
     dense encoding) then run on Ray workers into resumable shard files, and the components are built from them
-    (:mod:`indexer.distributed`); with ``shard``, only the shard's documents go to the workers."""
+    (:mod:`indexer.distributed`); with ``shard``, only the shard's documents go to the workers. ``weights``: the
+    learned weights of the whole collection (:class:`indexer.weighting.build.CollectionWeights`), from which a shard
+    of a shard set takes its documents' (see :func:`build_shard_set`)."""
     unknown = [c for c in components if c not in COMPONENTS]
     if unknown:
         raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
+    if weights is not None and (shard is None or ray is not None):
+        raise InputError("precomputed collection weights are for the shards of a shard set, built in one process")
     coll = Collection.open(collection)
     out = Path(out)
     total = Timer()
@@ -167,7 +173,8 @@ def build_index(
     with staged_directory(out, overwrite=overwrite) as tmp:
         corpus = coll.corpus(skip_empty=skip_empty)
         options = {"threads": threads, "dense": dense, "learned": learned or {}, "components": tuple(components),
-                   "corpus_sha256": sha256_file(coll.corpus_path) if _reuses_vectors(dense) else None}
+                   "corpus_sha256": sha256_file(coll.corpus_path) if _reuses_vectors(dense) else None,
+                   "_collection_weights": weights}
         keep = None
         if prune is not None:
             manifest["pruning"], keep = _prune(corpus, prune, tmp, device, ray, out)
@@ -208,6 +215,8 @@ def build_index(
                               "skipped_empty_ids": stats.skipped_empty[:1000], "pruned": pruned}
         if shard is not None:
             manifest["shard"] = {**shard.describe(), "collection_documents": stats.documents - pruned}
+            if learned_kinds(components):  # whose statistics and impact scale the learned weights read
+                manifest["shard"]["learned_weights"] = "collection" if weights is not None else "shard"
             manifest["counts"]["documents"] = in_shard[0]
         for component in [*manifest["components"].values()] + ([manifest["pruning"]] if keep is not None else []):
             digest, files, size = tree_checksum(tmp / component["path"])
@@ -221,3 +230,55 @@ def build_index(
 
         finish(out, ray)
     return manifest
+
+
+def shard_name(index: int, count: int) -> str:
+    return f"shard-{index}-of-{count}"
+
+
+def build_shard_set(collection: str | os.PathLike, out: str | os.PathLike, count: int, *,
+                    components: tuple[str, ...] = ("bm25",), overwrite: bool = False, skip_empty: bool = False,
+                    threads: int | None = None, dense=None, learned: dict | None = None, prune=None,
+                    device: str | None = None) -> list[dict]:
+    """Every shard of ``count`` into ``out/shard-I-of-N`` (the shard ``--shard I/N`` builds), in one run; return
+    their manifests.
+
+    Why a set rather than N builds of one shard: the learned weights are computed once over the whole collection (in
+    the single index's batches, with its term statistics), then each shard indexes its documents' weights. A
+    BM25-shaped DeepImpact head then reads the whole collection's document frequencies and mean length, and every
+    shard quantizes impacts with the whole collection's largest impact, so each document's postings are the ones a
+    single index of the collection gives it. Impact scores then compare across the shards (the sharded server
+    serves ``deepimpact`` and ``deepimpact+bm25`` only from such a set); shards built one by one each have a scale of
+    their own. BM25 and dense need no such pass: their scores are made comparable at serving (:mod:`indexer.shards`).
+    The set is built aside and renamed into place when every shard is complete."""
+    import shutil
+
+    from indexer.shards import ShardSpec
+    from indexer.weighting.build import collection_weights
+
+    if count < 1:
+        raise InputError(f"a shard set has at least one shard (got --shard-set {count})")
+    unknown = [c for c in components if c not in COMPONENTS]
+    if unknown:
+        raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
+    coll = Collection.open(collection)
+    common = {"components": tuple(components), "skip_empty": skip_empty, "threads": threads, "dense": dense,
+              "learned": learned, "prune": prune, "device": device}
+    manifests = []
+    with staged_directory(Path(out), overwrite=overwrite) as tmp:
+        weights = None
+        if learned_kinds(components):
+            corpus = coll.corpus(skip_empty=skip_empty)
+            keep = None
+            if prune is not None:  # the documents every shard keeps (each shard records its pruning again)
+                scratch = tmp / ".pruning"
+                scratch.mkdir()
+                _, keep = _prune(corpus, prune, scratch, device)
+                shutil.rmtree(scratch)
+            documents = (d for d in _progress(corpus, "shard set: the collection's learned weights")
+                         if keep is None or d.id in keep)
+            weights = collection_weights(documents, {"learned": learned or {}, "components": tuple(components)})
+        for i in range(count):
+            manifests.append(build_index(collection, tmp / shard_name(i, count), shard=ShardSpec(i, count),
+                                         weights=weights, **common))
+    return manifests

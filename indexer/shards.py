@@ -12,9 +12,14 @@ same in any index that holds it) and on the collection through three statistics:
 field (``docCount``), their total length (``sumTotalTermFreq``, giving the average length) and each term's
 document frequency. Summed over the shards, these are the whole collection's, so a shard scoring with the summed
 statistics (:func:`global_statistics`) gives every document the score, bit for bit, that an index of the whole
-collection gives it. Flat dense indexes score a document without collection statistics at all. DeepImpact indexes
-are not comparable across shards: a build quantizes impacts with the largest impact of the documents it indexes
-(``ceil(impact * 2^8 / max_impact)``), so each shard's integers are on a scale of its own.
+collection gives it. Flat dense indexes score a document without collection statistics at all.
+
+Learned weights are fixed at build time. A DeepImpact build quantizes impacts with the largest impact of the
+documents it indexes (``ceil(impact * 2^8 / max_impact)``), and a BM25-shaped head (or one with lexical features)
+reads the term statistics of the documents indexed with it, so shards built one by one hold weights on scales of
+their own. A shard set (``--shard-set N``) weighs the whole collection once and quantizes every shard with the
+collection's largest impact: its shards hold the single index's postings. :func:`incomparable_learned` says which
+learned components of a set of shards can not be searched as one index, and why.
 """
 
 from __future__ import annotations
@@ -112,6 +117,32 @@ def read_shard_set(paths: list[str | os.PathLike]) -> list[dict]:
         raise InputError(f"the shards hold {total} documents, the collection {first['shard']['collection_documents']}")
     order = sorted(range(len(paths)), key=lambda i: manifests[i]["shard"]["index"])
     return [manifests[i] for i in order]
+
+
+def incomparable_learned(manifests: list[dict]) -> dict[str, str]:
+    """Per learned component (``deepct``, ``deepimpact``) of these shards' manifests whose document weights are not
+    those of a single index over the whole collection, the reason; components whose weights depend on each document
+    alone (a DeepCT head without lexical features) are comparable however the shards were built."""
+    from indexer.weighting.build import weights_depend_on_collection
+
+    out: dict[str, str] = {}
+    for kind in ("deepct", "deepimpact"):
+        entries = [m["components"].get(kind) for m in manifests]
+        if not entries or any(e is None for e in entries):
+            continue
+        card = (entries[0].get("model") or {}).get("card") or {}
+        if not weights_depend_on_collection(kind, card):
+            continue
+        if any((m.get("shard") or {}).get("learned_weights") != "collection" for m in manifests):
+            out[kind] = ("the shards were built one by one (--shard I/N), each weighing its documents with its own "
+                         "statistics" + (" and quantizing with its own largest impact" if kind == "deepimpact" else "")
+                         + "; build them as one set with `weir index build --shard-set N`")
+            continue
+        if kind == "deepimpact":
+            scales = sorted({e["parameters"]["quantization"]["scale"] for e in entries})
+            if len(scales) > 1:
+                out[kind] = f"the shards quantized impacts on different scales ({', '.join(map(str, scales))})"
+    return out
 
 
 def _model_of(component: dict) -> str:

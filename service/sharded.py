@@ -1,7 +1,7 @@
 """Sharded, replicated serving on Ray Serve: the `weir serve` gRPC contract over the shards of one collection.
 
 ``weir serve --shards DIR0,DIR1,...`` (or ``shards = [...]`` in the service config) serves every shard of one
-``weir index build --shard I/N`` build. The pieces:
+collection, built one by one (``weir index build --shard I/N``) or as one set (``--shard-set N``). The pieces:
 
 - **shard searchers**, one Ray Serve deployment per shard (``ShardSearcher``, ``[ray] shard_replicas`` replicas each):
   a replica opens its shard and answers the first stage for a batch of query texts with its own top k, and the
@@ -24,19 +24,27 @@ shards' lists by score, then by document id in UTF-8 byte order, which is the or
 holds every document of the global top ``n`` it owns, so nothing is missed. Rerankers score (query, candidate text)
 pairs of one query at a time, independently of their batch, so the reranked top k matches the single server's too.
 
-``hybrid`` is fused at the front: each stage it fuses is scattered and merged into the whole collection's list to
-the fusion's depth, and the lists are fused with the single index's code and settings (tuned in the first shard's
-index, else the defaults), so it gives the single server's fused ranking.
+``hybrid`` and ``deepimpact+bm25`` are fused at the front: each stage they fuse is scattered and merged into the
+whole collection's list to the fusion's depth, and the lists are fused with the single index's code and settings
+(tuned in the first shard's index, or recorded in its DeepImpact card, else the defaults), so they give the single
+server's fused ranking.
 
-**Limits.** First stages served over shards: ``bm25``, ``deepct``, ``dense`` with a flat (exact) faiss index (an
-HNSW or IVF shard's approximate top k is not the whole index's: refused at start-up), and ``hybrid`` of them.
-Exact ties of dense scores are ordered by document id here, by faiss row in a single index. Rerankers: ``attention``
-and ``crossencoder`` (they read the candidates' text only). ``ltr`` (its features read whole-index statistics and the dense vectors of one index),
-``deepimpact`` (a build quantizes impacts with its own collection's largest impact, ``ceil(impact * 2^8 / max)``, so
-each shard's integer impacts are on its own scale) and ``deepimpact+bm25`` are not served over shards: a request
-for them is INVALID_ARGUMENT naming the reason, and a config that asks for them fails at start-up. Every replica reads its shard from the filesystem it runs on: on several machines, the shard directories
-must be on storage each machine sees at the same path. The front itself is one process; run several behind a load
-balancer to replicate it.
+``deepimpact`` scores a document by its quantized impacts alone, so it compares across shards when the shards are
+one shard set (``weir index build --shard-set N``, :func:`indexer.build.build_shard_set`): weighed in one pass over
+the whole collection (its term statistics for a BM25-shaped head) and quantized with the whole collection's largest
+impact, each shard holds the single index's postings for its documents. Shards built one by one (``--shard I/N``)
+each quantize with their own largest impact, a scale of their own: ``deepimpact`` and ``deepimpact+bm25`` are
+refused over them, as is ``deepct`` when its head reads collection statistics (lexical features).
+
+**Limits.** First stages served over shards: ``bm25``, ``deepct``, ``deepimpact`` (a shard set), ``dense`` with a
+flat (exact) faiss index (an HNSW or IVF shard's approximate top k is not the whole index's: refused at start-up),
+and ``hybrid`` and ``deepimpact+bm25`` of them. Exact ties of dense scores are ordered by document id here, by faiss
+row in a single index. Rerankers: ``attention`` and ``crossencoder`` (they read the candidates' text only). ``ltr``
+(its features read whole-index statistics and the dense vectors of one index) is not served over shards. A request
+for a pipeline the shards can not serve is INVALID_ARGUMENT naming the reason, and a config that asks for one fails
+at start-up. Every replica reads its shard from the filesystem it runs on: on several machines, the shard
+directories must be on storage each machine sees at the same path. The front itself is one process; run several
+behind a load balancer to replicate it.
 """
 
 from __future__ import annotations
@@ -65,13 +73,12 @@ from weir.types import Document, Hit, InputError, Query, Run
 
 log = logging.getLogger("weir.service.sharded")
 
-SHARDED_FIRST_STAGES = ("bm25", "deepct", "dense", "hybrid")
+SHARDED_FIRST_STAGES = ("bm25", "deepct", "deepimpact", "dense", "hybrid", "deepimpact+bm25")
 SHARDED_RERANKERS = ("attention", "crossencoder")
-SHARD_STAGES = ("bm25", "deepct", "dense")  # what a shard searches; hybrid fuses their merged lists at the front
+SHARD_STAGES = ("bm25", "deepct", "deepimpact", "dense")  # what a shard searches; the front fuses the merged lists
+FUSED = ("hybrid", "deepimpact+bm25")
 WHY_NOT = {
     "ltr": "its features read whole-index statistics and one index's dense vectors",
-    "deepimpact": "each shard's impacts are quantized with that shard's own largest impact (another scale per shard)",
-    "deepimpact+bm25": "it fuses deepimpact, whose shards quantize impacts each on its own scale",
 }
 # Hits travel between the deployments and the front as (doc_id, score) pairs per query: small to pickle
 
@@ -192,50 +199,76 @@ class RerankerDeployment:
 # --- the front -------------------------------------------------------------------------------------------------
 
 
-def hybrid_stages(index: Index, options: PipelineOptions) -> list[str]:
-    """The first stages ``hybrid`` fuses (its settings for ``index``), each checked to be searchable over shards."""
-    from ranker.retrievers.hybrid import hybrid_settings
+def refused_stages(shards: Sequence[Index]) -> dict[str, str]:
+    """The first stages and rerankers these shards can not serve as one index, with the reason: ``ltr`` always,
+    a learned component whose weights are on each shard's own scale (:func:`indexer.shards.incomparable_learned`),
+    and what fuses one."""
+    from indexer.shards import incomparable_learned
 
-    stages = hybrid_settings(index, options.hybrid)["stages"]
-    for name in stages:
-        if name not in SHARD_STAGES:
-            raise InputError(f"hybrid over shards fuses {', '.join(SHARD_STAGES)}; {name!r} is not served over "
-                             f"shards: {WHY_NOT.get(name, 'not supported')}")
-    return stages
+    refused = dict(WHY_NOT)
+    refused.update(incomparable_learned([s.manifest for s in shards]))
+    if "deepimpact" in refused:
+        refused["deepimpact+bm25"] = f"it fuses deepimpact: {refused['deepimpact']}"
+    return refused
 
 
-def sharded_pipelines(first_index: Index, options: PipelineOptions) -> list[str]:
+def fusion_settings(name: str, index: Index, options: PipelineOptions, refused: dict[str, str]) -> dict:
+    """How ``name`` (``hybrid`` or ``deepimpact+bm25``) fuses over ``index``'s shards: the single index's settings
+    (stages, method, weights, RRF k, depth per stage), each stage checked to be searchable over the shards."""
+    from ranker.retrievers.hybrid import RRF_K, hybrid_settings, impact_fusion_settings
+
+    if name == "hybrid":
+        settings = hybrid_settings(index, options.hybrid)
+    else:
+        settings = {**impact_fusion_settings(index, options.deepimpact_bm25), "stages": ["deepimpact", "bm25"],
+                    "rrf_k": RRF_K}
+    for stage in settings["stages"]:
+        if stage not in SHARD_STAGES or stage in refused:
+            raise InputError(f"{name} over shards fuses {', '.join(s for s in SHARD_STAGES if s not in refused)}; "
+                             f"{stage!r} is not served over these shards: {refused.get(stage, 'not supported')}")
+    return settings
+
+
+def sharded_pipelines(shards: Sequence[Index], options: PipelineOptions, refused: dict[str, str]) -> list[str]:
     """Every pipeline the shards support over Ray Serve: each shardable first stage the shards have, alone and
     followed by each shardable reranker whose model is there."""
-    firsts = [n for n in SHARDED_FIRST_STAGES if registry.available(n, first_index, options)]
-    if "hybrid" in firsts:
-        try:
-            hybrid_stages(first_index, options)
-        except InputError:  # configured to fuse a stage the shards can not search
-            firsts.remove("hybrid")
+    first_index = shards[0]
+    firsts = [n for n in SHARDED_FIRST_STAGES if n not in refused and registry.available(n, first_index, options)]
+    for fused in FUSED:
+        if fused in firsts:
+            try:
+                fusion_settings(fused, first_index, options, refused)
+            except InputError:  # configured to fuse a stage the shards can not search
+                firsts.remove(fused)
     rerankers = [n for n in SHARDED_RERANKERS if registry.available(n, first_index, options)]
     return firsts + [f"{f}>>{r}" for f in firsts for r in rerankers]
 
 
-def unsupported_reason(spec: str) -> str | None:
-    """Why pipeline ``spec`` can not run over shards (None when it can)."""
+def unsupported_reason(spec: str, refused: dict[str, str] | None = None) -> str | None:
+    """Why pipeline ``spec`` can not run over shards (None when it can); ``refused``: :func:`refused_stages` of
+    the shards (default: what no shards serve)."""
+    refused = WHY_NOT if refused is None else refused
     for name in registry.parse(spec):
-        if name not in SHARDED_FIRST_STAGES + SHARDED_RERANKERS:
-            return f"{name!r} is not served over shards: {WHY_NOT.get(name, 'not supported')}"
+        if name not in SHARDED_FIRST_STAGES + SHARDED_RERANKERS or name in refused:
+            return f"{name!r} is not served over shards: {refused.get(name, 'not supported')}"
     return None
 
 
-def served_pipelines(config: ServiceConfig, first_index: Index, options: PipelineOptions) -> tuple[str, ...]:
+def served_pipelines(config: ServiceConfig, shards: Sequence[Index], options: PipelineOptions,
+                     refused: dict[str, str]) -> tuple[str, ...]:
     """The pipelines a sharded server answers: those of the config (each checked to run over shards), else every
     one the shards support; the default among them."""
     if config.pipelines is None:
-        allowed = sharded_pipelines(first_index, options)
+        allowed = sharded_pipelines(shards, options, refused)
     else:
         allowed = [">>".join(registry.parse(p)) for p in config.pipelines]
         for spec in allowed:
-            reason = unsupported_reason(spec)
+            reason = unsupported_reason(spec, refused)
             if reason:
                 raise InputError(f"pipeline {spec!r} can not be served over shards: {reason}")
+            for fused in FUSED:
+                if registry.parse(spec)[0] == fused:
+                    fusion_settings(fused, shards[0], options, refused)
     default = ">>".join(registry.parse(config.default_pipeline))
     if default not in allowed:
         raise InputError(f"the default pipeline {default!r} is not among the served ones: {', '.join(allowed)}")
@@ -251,16 +284,15 @@ class ShardedSearchService(SearchService):
         self.shards, self.index = shards, shards[0]
         self.options = options
         self.searchers, self.rerankers = searchers, rerankers
+        self.refused = refused_stages(shards)
         self.allowed = self._allowed_pipelines(options)
-        self.hybrid = None
-        if any(registry.parse(p)[0] == "hybrid" for p in self.allowed):
-            from ranker.retrievers.hybrid import hybrid_settings
-
-            self.hybrid = hybrid_settings(self.index, options.hybrid)
+        firsts = {registry.parse(p)[0] for p in self.allowed}
+        self.fusions = {name: fusion_settings(name, self.index, options, self.refused) for name in FUSED
+                        if name in firsts}
         self._start_admission("weir-front")
 
     def _allowed_pipelines(self, options: PipelineOptions) -> tuple[str, ...]:
-        return served_pipelines(self.config, self.index, options)
+        return served_pipelines(self.config, self.shards, options, self.refused)
 
     def _check(self, request):
         try:
@@ -268,7 +300,7 @@ class ShardedSearchService(SearchService):
         except Failure as f:
             spec = request.pipeline.strip()
             try:
-                reason = unsupported_reason(spec) if spec else None
+                reason = unsupported_reason(spec, self.refused) if spec else None
             except InputError:
                 reason = None
             if reason:
@@ -323,7 +355,7 @@ class ShardedSearchService(SearchService):
             following = getattr(self.options, registry.RERANKERS[names[stage_index + 1]].options).depth
             return max(k, depth or following)
 
-        # the first stage: scattered to every shard, merged by (score, doc id); hybrid fuses the merged lists
+        # the first stage: scattered to every shard, merged by (score, doc id); a fusion fuses the merged lists
         keep()
         results: dict[int, list[tuple]] = {}
         owner: dict[str, int] = {}
@@ -332,8 +364,8 @@ class ShardedSearchService(SearchService):
             n = hand_on(0)
             texts = [items[i].query for i in live]
             timeout = self._timeout([items[i] for i in live])
-            if first == "hybrid":
-                merged = self._fused(texts, n, timeout, owner)
+            if first in self.fusions:
+                merged = self._fused(first, texts, n, timeout, owner)
             else:
                 merged = [[(d, s, {first: s}) for d, s in hits] for hits in self._scatter(first, texts, n, timeout,
                                                                                             owner)]
@@ -396,13 +428,14 @@ class ShardedSearchService(SearchService):
             out.append(merged[:n])
         return out
 
-    def _fused(self, texts: list[str], n: int, timeout: float | None, owner: dict[str, int]) -> list[list[tuple]]:
-        """``hybrid`` over shards: each fused stage's whole-collection list (its shards' merged top k, to the
-        stage's depth), fused as one index's ``hybrid`` fuses them (:func:`ranker.retrievers.hybrid.fuse_runs`,
-        with the settings the first shard's index gives, tuned or default)."""
+    def _fused(self, name: str, texts: list[str], n: int, timeout: float | None,
+               owner: dict[str, int]) -> list[list[tuple]]:
+        """``hybrid`` or ``deepimpact+bm25`` over shards: each fused stage's whole-collection list (its shards'
+        merged top k, to the stage's depth), fused as one index fuses them (:func:`ranker.retrievers.hybrid.fuse_runs`,
+        with the settings the first shard's index gives: tuned, from the DeepImpact card, or default)."""
         from ranker.retrievers.hybrid import fuse_runs
 
-        settings = self.hybrid
+        settings = self.fusions[name]
         depth = max(settings["depth"], n)
         sent = [self._send(stage, texts, depth) for stage in settings["stages"]]  # every stage's calls at once
         runs = []
@@ -411,7 +444,7 @@ class ShardedSearchService(SearchService):
             runs.append(Run({f"q{row}": [Hit(d, s, r, {stage: s}) for r, (d, s) in enumerate(hits, start=1)]
                              for row, hits in enumerate(lists)}))
         fused = fuse_runs(runs, method=settings["method"], weights=settings["weights"], k=settings["rrf_k"],
-                          depth=n, name="hybrid")
+                          depth=n, name=name)
         return [[(h.doc_id, h.score, h.stage_scores) for h in fused.get(f"q{row}", [])] for row in range(len(texts))]
 
     def _documents(self) -> int:
@@ -451,10 +484,13 @@ class ShardedServer(Server):
             if dense is not None and dense.get("index", "flat") != "flat":
                 raise InputError(f"{shard.path}: a {dense['index']} dense component: only flat (exact) dense shards "
                                  "merge into the whole index's top k; rebuild the shards with --dense-index flat")
-        names = [registry.parse(p) for p in served_pipelines(config, shards[0], options)]
+        refused = refused_stages(shards)
+        names = [registry.parse(p) for p in served_pipelines(config, shards, options, refused)]
         firsts = list(dict.fromkeys(n[0] for n in names))
-        if "hybrid" in firsts:  # the shards search what hybrid fuses; the front fuses
-            firsts = list(dict.fromkeys([*(f for f in firsts if f != "hybrid"), *hybrid_stages(shards[0], options)]))
+        for fused in FUSED:  # the shards search what a fusion fuses; the front fuses
+            if fused in firsts:
+                stages = fusion_settings(fused, shards[0], options, refused)["stages"]
+                firsts = list(dict.fromkeys([*(f for f in firsts if f != fused), *stages]))
         reranker_names = list(dict.fromkeys(r for n in names for r in n[1:]))
         # per shard, {component: the shard set's statistics} of the BM25-scored components served
         statistics: list[dict] = [{} for _ in paths]

@@ -13,12 +13,17 @@ cache of :mod:`indexer.weighting.cache` when one exists for these documents). Te
 the cache stores them: a build gives the same weights with or without the cache, and in one process or on Ray
 workers (:mod:`indexer.distributed`, which runs the same batches of :data:`BATCH` documents). The manifest entry records the
 model card and its sha256, the quantization parameters and counts.
+
+A shard of a shard set (:func:`indexer.build.build_shard_set`) takes its documents' weights from
+:class:`CollectionWeights`, computed once over the whole collection: the same batches, term statistics and, for
+``deepimpact``, largest impact as a single index of the collection, so its postings are that index's.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +32,7 @@ from tqdm import tqdm
 from indexer.lucene import index_pretokenized
 from indexer.weighting.terms import counts_query_terms
 from weir.runtime import shipped_model
-from weir.types import Document
+from weir.types import Document, InputError
 
 DEFAULT_MODELS = {"deepct": "deepct", "deepimpact": "deepimpact"}  # under models/ (the BM25-shaped, multi-collection heads)
 TF_SCALE = 100
@@ -63,12 +68,61 @@ def model_path(kind: str, options: dict) -> Path:
     return Path(given) if given else shipped_model(DEFAULT_MODELS[kind])
 
 
+def weights_depend_on_collection(kind: str, card: dict) -> bool:
+    """Whether a ``kind`` head with this card gives a document weights that depend on the other documents indexed
+    with it: lexical features (idf) read the collection's statistics, a BM25-shaped DeepImpact prior its document
+    frequencies and mean length, and every DeepImpact build quantizes with its collection's largest impact."""
+    return kind == "deepimpact" or bool(card.get("features"))
+
+
+@dataclass
+class CollectionWeights:
+    """Every learned component's weights for each document of a whole collection (``memo``: kind -> (docids,
+    per-document (terms, weights), model description)) and the largest DeepImpact impact among them: computed once
+    for all shards of a shard set, each taking its own documents' weights from it."""
+
+    memo: dict
+    max_impact: float | None
+    documents: int
+    _row: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # document id -> position
+
+    def select(self, kind: str, documents: Iterable[Document]) -> tuple[list[str], list, dict]:
+        """``kind``'s (docids, weights, model) for ``documents`` (each must be one the weights were computed for)."""
+        docids, weights, model = self.memo[kind]
+        if not self._row:
+            self._row.update((d, i) for i, d in enumerate(docids))
+        ids = [d.id for d in documents]
+        missing = [d for d in ids if d not in self._row]
+        if missing:
+            raise InputError(f"document {missing[0]!r} has no weights in this shard set's pass over the collection "
+                             "(did the corpus change during the build?); build again")
+        return ids, [weights[self._row[d]] for d in ids], model
+
+
+def collection_weights(documents: Iterable[Document], options: dict) -> CollectionWeights:
+    """The learned weights of every document of ``documents`` (the whole collection, as a single index reads it) for
+    each learned component in ``options['components']``, with the collection's term statistics."""
+    docs = list(documents)
+    run = {"learned": options.get("learned") or {}, "components": tuple(options["components"])}
+    for kind in learned_kinds(run["components"]):
+        _weights(kind, docs, run)  # one pass for the heads that share a backbone
+    memo = run["_learned_memo"]
+    max_impact = None
+    if "deepimpact" in memo:
+        max_impact = max((float(w.max()) for _, w in memo["deepimpact"][1] if len(w)), default=0.0)
+    return CollectionWeights(memo, max_impact, len(docs))
+
+
 def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[list[str], list, dict]:
     """(docids, per-document (terms, weights), model description) for ``kind``; computed once per build for every
-    learned component requested whose head shares the backbone."""
+    learned component requested whose head shares the backbone; a shard of a shard set takes its documents' from
+    ``options['_collection_weights']``."""
     from indexer.weighting.cache import TermVectors, cache_key, cache_root
     from indexer.weighting.model import TermStatistics, TermWeighter
 
+    whole = options.get("_collection_weights")
+    if whole is not None and kind in whole.memo:
+        return whole.select(kind, documents)
     memo = options.setdefault("_learned_memo", {})
     if kind in memo:
         for _ in documents:  # the stream is consumed (and validated) as for any component
@@ -138,7 +192,11 @@ def build_deepct(documents: Iterable[Document], out: Path, options: dict) -> dic
 
 def build_deepimpact(documents: Iterable[Document], out: Path, options: dict) -> dict:
     docids, impacts, model = _weights("deepimpact", documents, options)
-    max_impact = max((float(w.max()) for _, w in impacts if len(w)), default=0.0)
+    whole = options.get("_collection_weights")
+    if whole is not None:  # a shard of a shard set: the whole collection's scale, the same in every shard
+        max_impact, of = whole.max_impact, "collection"
+    else:
+        max_impact, of = max((float(w.max()) for _, w in impacts if len(w)), default=0.0), "index"
     scale = impact_scale(max_impact)
     postings = 0
 
@@ -153,7 +211,7 @@ def build_deepimpact(documents: Iterable[Document], out: Path, options: dict) ->
     return {"type": "lucene-impact", "documents": indexed, "documents_without_terms": empty, "postings": postings,
             "model": model, "parameters": {
                 "quantization": {"bits": QUANT_BITS, "max_impact": max_impact, "scale": scale,
-                                 "formula": "ceil(impact * 2**8 / max_impact); 0 dropped"},
+                                 "max_impact_of": of, "formula": "ceil(impact * 2**8 / max_impact); 0 dropped"},
                 "analyzer": "whitespace (-impact -pretokenized); terms from indexer.weighting.terms",
                 "query_weights": ("each query term's count" if counts_query_terms("deepimpact", model.get("shape"))
                                   else "1 per unique query term"), "docid_table": "docids.txt"}}

@@ -22,6 +22,8 @@ def cmd_build(args) -> int:
         dense.check()
     learned = {"deepct_model": args.deepct_model, "deepimpact_model": args.deepimpact_model, "device": args.device}
     prune = prune_spec(args)
+    if args.shard_set is not None:
+        return _build_set(args, components, dense, learned, prune)
     manifest = build_index(args.collection, args.out, components=components, overwrite=args.overwrite,
                            skip_empty=args.skip_empty, threads=args.threads, dense=dense, learned=learned,
                            prune=prune, device=args.device, shard=shard_spec(args.shard), ray=ray_options(args))
@@ -35,6 +37,29 @@ def cmd_build(args) -> int:
         pruned = f", {counts['pruned']} pruned by {p['estimator']} ({cost})"
     print(f"indexed {counts['documents']} documents ({counts['skipped_empty']} empty skipped{pruned}) into "
           f"{args.out} in {manifest['timings']['total_seconds']:.1f}s: {sizes}", file=sys.stderr)
+    return 0
+
+
+def _build_set(args, components, dense, learned, prune) -> int:
+    from pathlib import Path
+
+    from indexer.build import build_shard_set, shard_name
+    from weir.types import InputError
+
+    if args.shard is not None:
+        raise InputError("give --shard I/N (one shard) or --shard-set N (all of them), not both")
+    if args.ray is not None:
+        raise InputError("--shard-set builds in one process: it weighs the whole collection in one pass. On Ray, "
+                         "build each shard with --shard I/N --ray (such shards serve bm25, deepct, dense and hybrid; "
+                         "deepimpact needs the one impact scale of a set)")
+    manifests = build_shard_set(args.collection, args.out, args.shard_set, components=components,
+                                overwrite=args.overwrite, skip_empty=args.skip_empty, threads=args.threads,
+                                dense=dense, learned=learned, prune=prune, device=args.device)
+    paths = [str(Path(args.out) / shard_name(i, args.shard_set)) for i in range(args.shard_set)]
+    for path, m in zip(paths, manifests):
+        print(f"{path}: {m['counts']['documents']} documents, {', '.join(m['components'])} "
+              f"({m['timings']['total_seconds']:.1f}s)", file=sys.stderr)
+    print(f"serve them with: weir serve --shards {','.join(paths)}", file=sys.stderr)
     return 0
 
 
@@ -116,6 +141,10 @@ def add_parsers(sub) -> None:
                    help="build shard I of N (0 <= I < N): only the documents whose ordinal in the corpus is I modulo "
                    "N; the manifest records the shard and the whole collection's document count. Serve all N with "
                    "`weir serve --shards DIR,...` (scores as one index over the whole collection)")
+    b.add_argument("--shard-set", metavar="N", type=int, default=None,
+                   help="build all N shards in one run, into OUT/shard-I-of-N: the learned weights are computed once "
+                   "over the whole collection (its term statistics, one DeepImpact impact scale), so that "
+                   "deepimpact and deepimpact+bm25 can be served over the shards as over one index")
     d = b.add_argument_group("dense component (--with ...,dense)")
     d.add_argument("--dense-index", choices=("flat", "hnsw", "ivfflat", "ivfpq"), default="flat",
                    help="faiss index: flat (exact inner product, default), hnsw, ivfflat (exact vectors in nlist "

@@ -1,7 +1,8 @@
 """Sharded serving on Ray Serve (service/sharded.py) against one server over the whole index, through gRPC: the 2-shard
 top 10 of every SciFact test topic is the single server's (BM25, and BM25 >> attention on 8 of them), ranks and float
-scores alike; a flat dense index over ADI's 2 shards too, and hybrid fused from the merged lists; 8 concurrent callers of the sharded front get exactly the
-sequential answers; unsupported pipelines and bad fields get their status codes.
+scores alike; over a shard set of ADI (``--shard-set 2``) a flat dense index, DeepImpact and the fusions hybrid and
+deepimpact+bm25 too; 8 concurrent callers of the sharded front get exactly the sequential answers; unsupported
+pipelines and bad fields get their status codes.
 
 Ray and both servers run in a child process (tests/collections/sharded_harness.py) inside a loopback-only network
 namespace (``unshare -n``, then ``ip link set lo up``): there Ray binds 127.0.0.1 only (outside one it binds the
@@ -18,7 +19,7 @@ import sys
 
 import pytest
 
-from indexer.build import build_index
+from indexer.build import build_index, build_shard_set, shard_name
 from indexer.collections import Collection
 from indexer.shards import ShardSpec
 from tests.conftest import ROOT, collection, in_loopback_namespace
@@ -31,18 +32,24 @@ ATTENTION_QUERIES, ATTENTION_DEPTH = 8, 20
 
 @pytest.fixture(scope="session")
 def shard_factory(tmp_path_factory):
-    """The N shard indexes of a shared collection (built once per session)."""
+    """The N shard indexes of a shared collection (built once per session): one by one (``--shard I/N``), or as
+    one shard set (``--shard-set N``, ``together=True``)."""
     built: dict[tuple, list[str]] = {}
 
-    def make(name: str, components: str, n: int = 2) -> list[str]:
-        key = (name, components, n)
+    def make(name: str, components: str, n: int = 2, together: bool = False) -> list[str]:
+        key = (name, components, n, together)
         if key not in built:
             root = tmp_path_factory.mktemp(f"shards-{name}")
-            built[key] = []
-            for i in range(n):
-                out = root / f"{name}-{i}-of-{n}"
-                build_index(collection(name), out, components=tuple(components.split(",")), shard=ShardSpec(i, n))
-                built[key].append(str(out))
+            if together:
+                build_shard_set(collection(name), root / "set", n, components=tuple(components.split(",")))
+                built[key] = [str(root / "set" / shard_name(i, n)) for i in range(n)]
+            else:
+                built[key] = []
+                for i in range(n):
+                    out = root / f"{name}-{i}-of-{n}"
+                    build_index(collection(name), out, components=tuple(components.split(",")),
+                                shard=ShardSpec(i, n))
+                    built[key].append(str(out))
         return built[key]
 
     return make
@@ -65,7 +72,8 @@ def results(index_factory, shard_factory, tmp_path_factory):
               "queries": topics[:ATTENTION_QUERIES], "include_text": False, "concurrent_calls": 40}],
          "errors": [{"pipeline": "bm25>>ltr"}, {"pipeline": "deepimpact+bm25"}, {"pipeline": "nonsense"}, {"k": 0},
                     {"query": " "}, {"depth": 5000}]},
-        {"whole": str(index_factory("adi", "bm25,dense")), "shards": shard_factory("adi", "bm25,dense"),
+        {"whole": str(index_factory("adi", "bm25,dense,deepimpact")),
+         "shards": shard_factory("adi", "bm25,dense,deepimpact", together=True),
          "ray": ray,
          "pipelines": [
              {"pipeline": "dense", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
@@ -73,6 +81,10 @@ def results(index_factory, shard_factory, tmp_path_factory):
              {"pipeline": "bm25", "k": 82, "depth": 0, "queries": adi_topics, "include_text": False,
               "concurrent_calls": 0},
              {"pipeline": "hybrid", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
+              "concurrent_calls": 80},
+             {"pipeline": "deepimpact", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
+              "concurrent_calls": 80},
+             {"pipeline": "deepimpact+bm25", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
               "concurrent_calls": 80}]},
     ]}
     work = tmp_path_factory.mktemp("sharded-harness")
@@ -145,7 +157,22 @@ def test_hybrid_fuses_the_merged_lists_as_one_index_fuses_its_own(results):
             assert ha[3] == pytest.approx(hb[3], abs=1e-5)
 
 
-@pytest.mark.parametrize("scenario, pipeline", [(0, "bm25"), (0, "bm25>>attention"), (1, "dense"), (1, "hybrid")])
+def test_a_shard_sets_impacts_merge_into_the_whole_index_top_k(results):
+    """DeepImpact over a shard set (weighed in one pass, one impact scale): the merged top 10 is the single
+    server's, ids, ranks and integer scores; deepimpact+bm25 fused at the front as the single index fuses it."""
+    impact = _pipeline(results, 1, "deepimpact")
+    assert len(impact["single"]) == 35 and sum(map(bool, impact["single"])) >= 30
+    assert impact["sharded"] == impact["single"]
+    fused = _pipeline(results, 1, "deepimpact+bm25")
+    assert all(fused["single"])
+    for a, b in zip(fused["sharded"], fused["single"]):
+        assert [h[0] for h in a] == [h[0] for h in b] and [h[1] for h in a] == [h[1] for h in b]
+        assert [h[2] for h in a] == pytest.approx([h[2] for h in b], abs=1e-9)
+        assert all(set(h[3]) <= {"deepimpact", "bm25", "deepimpact+bm25"} for h in a)
+
+
+@pytest.mark.parametrize("scenario, pipeline", [(0, "bm25"), (0, "bm25>>attention"), (1, "dense"), (1, "hybrid"),
+                                                (1, "deepimpact"), (1, "deepimpact+bm25")])
 def test_concurrent_callers_get_the_sequential_answers(results, scenario, pipeline):
     record = _pipeline(results, scenario, pipeline)
     concurrent = record["concurrent"]
@@ -167,7 +194,7 @@ def test_unsupported_pipelines_and_bad_fields_get_their_status_codes(results):
 
     assert code(pipeline="bm25>>ltr")[0] == "INVALID_ARGUMENT" and "ltr" in code(pipeline="bm25>>ltr")[1]
     assert "whole-index statistics" in code(pipeline="bm25>>ltr")[1]
-    assert code(pipeline="deepimpact+bm25")[0] == "INVALID_ARGUMENT"
-    assert "not served over shards" in code(pipeline="deepimpact+bm25")[1]
+    assert code(pipeline="deepimpact+bm25")[0] == "INVALID_ARGUMENT"  # these shards have no deepimpact
+    assert "not served here" in code(pipeline="deepimpact+bm25")[1]
     assert code(pipeline="nonsense")[0] == "INVALID_ARGUMENT"
     assert code(k=0)[0] == code(query=" ")[0] == code(depth=5000)[0] == "INVALID_ARGUMENT"

@@ -117,3 +117,61 @@ def test_deepct_with_the_shard_sets_statistics_scores_as_the_whole_index(learned
         assert merged == expected, query
         found += len(expected)
     assert found >= 4
+
+
+def test_a_shard_set_holds_the_whole_index_impacts_and_shards_built_alone_do_not(learned_tiny, tmp_path):
+    """``build_shard_set``: the learned weights are computed once over the whole collection, so each shard
+    quantizes with the whole collection's largest impact and two shards' merged DeepImpact hits are the whole
+    index's, ids and integer scores; shards built one by one (``--shard I/N``) each have their own scale, and
+    :func:`incomparable_learned` says so (a DeepCT head without lexical features is comparable either way)."""
+    from indexer.build import build_shard_set
+    from indexer.shards import incomparable_learned
+    from ranker.retrievers.learned_sparse import ImpactRetriever
+    from service.cli import main
+    from tests.conftest import WEIGHTING_QUERIES
+
+    coll, models, whole = learned_tiny
+    learned = {f"{k}_model": str(v) for k, v in models.items()}
+    components = ("bm25", "deepct", "deepimpact")
+    manifests = build_shard_set(coll, tmp_path / "set", 2, components=components, learned=learned)
+    parts = [tmp_path / "set" / f"shard-{i}-of-2" for i in range(2)]
+    assert [m["shard"]["index"] for m in read_shard_set(parts)] == [0, 1]
+    assert [m["counts"]["documents"] for m in manifests] == [2, 2]
+    scale = Index(whole).manifest["components"]["deepimpact"]["parameters"]["quantization"]["scale"]
+    for m in manifests:
+        assert m["shard"]["learned_weights"] == "collection"
+        assert m["components"]["deepimpact"]["parameters"]["quantization"]["scale"] == scale
+        assert m["components"]["deepimpact"]["parameters"]["quantization"]["max_impact_of"] == "collection"
+    assert incomparable_learned(manifests) == {}
+    reference = ImpactRetriever(Index(whole))
+    sharded = [ImpactRetriever(Index(p)) for p in parts]
+    found = 0
+    for _, query in WEIGHTING_QUERIES + [("q4", "protein mice vitamin bone")]:
+        expected = reference.search([query], 10)[0]
+        merged = sorted((h for s in sharded for h in s.search([query], 10)[0]), key=lambda h: (-h[1], h[0]))
+        assert merged == expected, query
+        found += len(expected)
+    assert found >= 4
+
+    alone = [tmp_path / f"alone-{i}" for i in range(2)]
+    for i, p in enumerate(alone):
+        build_index(coll, p, components=components, learned=learned, shard=ShardSpec(i, 2))
+    loose = read_shard_set(alone)
+    assert [m["shard"]["learned_weights"] for m in loose] == ["shard", "shard"]
+    reasons = incomparable_learned(loose)
+    assert set(reasons) == {"deepimpact"} and "--shard-set" in reasons["deepimpact"]
+    scales = {m["components"]["deepimpact"]["parameters"]["quantization"]["scale"] for m in loose}
+    assert len(scales) == 2  # each shard's own largest impact
+    tampered = json.loads(json.dumps(manifests))
+    tampered[1]["components"]["deepimpact"]["parameters"]["quantization"]["scale"] *= 2
+    assert "different scales" in incomparable_learned(tampered)["deepimpact"]
+    featured = json.loads(json.dumps(loose))  # a DeepCT head reading idf: its weights depend on the shard too
+    for m in featured:
+        m["components"]["deepct"]["model"]["card"]["features"] = ["idf"]
+    assert set(incomparable_learned(featured)) == {"deepct", "deepimpact"}
+
+    out = tmp_path / "refused"
+    assert main(["index", "build", "--collection", str(coll), "--out", str(out), "--shard-set", "2",
+                 "--shard", "0/2"]) != 0
+    assert main(["index", "build", "--collection", str(coll), "--out", str(out), "--shard-set", "0"]) != 0
+    assert not out.exists()

@@ -36,5 +36,34 @@ def test_pipelines_that_cannot_run_over_shards_say_why():
     assert unsupported_reason("bm25>>attention") is None and unsupported_reason("dense>>crossencoder") is None
     assert "whole-index statistics" in unsupported_reason("bm25>>ltr")
     assert unsupported_reason("deepct") is None and unsupported_reason("hybrid>>attention") is None
-    assert "quantize" in unsupported_reason("deepimpact+bm25")
-    assert "quantized" in unsupported_reason("deepimpact>>attention")
+    assert unsupported_reason("deepimpact+bm25") is None  # over a shard set
+    refused = {"deepimpact": "built one by one", "deepimpact+bm25": "it fuses deepimpact: built one by one"}
+    assert "one by one" in unsupported_reason("deepimpact+bm25", refused)
+    assert "one by one" in unsupported_reason("deepimpact>>attention", refused)
+    assert unsupported_reason("bm25>>attention", refused) is None
+
+
+def test_a_sharded_server_refuses_deepimpact_over_shards_built_one_by_one(learned_tiny, tmp_path):
+    """Shards built one by one quantize impacts each on its own scale: a config serving deepimpact (or the fusion
+    of it) over them fails at start-up, before Ray starts, saying to build a shard set; their default pipelines
+    leave deepimpact out and keep what compares (bm25, deepct)."""
+    pytest.importorskip("ray")
+    from indexer.build import build_index
+    from indexer.index_dir import Index
+    from indexer.shards import ShardSpec
+    from ranker.options import PipelineOptions
+    from service.sharded import ShardedServer, refused_stages, sharded_pipelines
+
+    coll, models, _ = learned_tiny
+    learned = {f"{k}_model": str(v) for k, v in models.items()}
+    parts = [tmp_path / f"alone-{i}" for i in range(2)]
+    for i, p in enumerate(parts):
+        build_index(coll, p, components=("bm25", "deepct", "deepimpact"), learned=learned, shard=ShardSpec(i, 2))
+    for pipeline in ("deepimpact", "deepimpact+bm25>>attention"):
+        config = ServiceConfig.load(shards=[str(p) for p in parts], pipelines=[pipeline], default_pipeline=pipeline)
+        with pytest.raises(InputError, match="one by one.*--shard-set"):
+            ShardedServer(config)._deploy()
+    shards = [Index(p) for p in parts]
+    served = sharded_pipelines(shards, PipelineOptions(), refused_stages(shards))
+    assert "bm25" in served and "deepct" in served
+    assert not any(p.startswith("deepimpact") for p in served)
