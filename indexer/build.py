@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -138,7 +139,7 @@ def build_index(
     device: str | None = None,
     shard=None,
     ray=None,
-    weights=None,
+    collection_pass=None,
 ) -> dict:
     """Build the requested components of an index for ``collection`` at ``out``; return the manifest.
 
@@ -151,14 +152,16 @@ def build_index(
     whole corpus, so a shard keeps what the whole index keeps), and the manifest records the shard.
     ``ray``: an :class:`indexer.distributed.RayOptions`; the per-document steps (quality scoring, term weighting,
     dense encoding) then run on Ray workers into resumable shard files, and the components are built from them
-    (:mod:`indexer.distributed`); with ``shard``, only the shard's documents go to the workers. ``weights``: the
-    learned weights of the whole collection (:class:`indexer.weighting.build.CollectionWeights`), from which a shard
-    of a shard set takes its documents' (see :func:`build_shard_set`)."""
+    (:mod:`indexer.distributed`); with ``shard``, only the shard's documents go to the workers.
+    ``collection_pass``: a :class:`CollectionPass`, what a shard set computed once over the whole collection, from
+    which this shard takes its documents' learned weights (and dense vectors, from Ray workers); see
+    :func:`build_shard_set`."""
     unknown = [c for c in components if c not in COMPONENTS]
     if unknown:
         raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
-    if weights is not None and (shard is None or ray is not None):
-        raise InputError("precomputed collection weights are for the shards of a shard set, built in one process")
+    if collection_pass is not None and (shard is None or ray is not None):
+        raise InputError("a collection pass is for the shards of a shard set (given their shard, without ray)")
+    weights = collection_pass.weights if collection_pass is not None else None
     coll = Collection.open(collection)
     out = Path(out)
     total = Timer()
@@ -175,6 +178,10 @@ def build_index(
         options = {"threads": threads, "dense": dense, "learned": learned or {}, "components": tuple(components),
                    "corpus_sha256": sha256_file(coll.corpus_path) if _reuses_vectors(dense) else None,
                    "_collection_weights": weights}
+        if collection_pass is not None and collection_pass.vectors is not None and "dense" in components:
+            options["_dense_vectors"] = collection_pass.vectors()  # this shard's rows of the workers' vectors
+        if collection_pass is not None and collection_pass.distributed is not None:
+            manifest["distributed"] = {**collection_pass.distributed, "shard_set": "computed once for every shard"}
         keep = None
         if prune is not None:
             manifest["pruning"], keep = _prune(corpus, prune, tmp, device, ray, out)
@@ -236,10 +243,21 @@ def shard_name(index: int, count: int) -> str:
     return f"shard-{index}-of-{count}"
 
 
+@dataclass
+class CollectionPass:
+    """What a shard set computes once over the whole collection for all its shards: the learned weights
+    (:class:`indexer.weighting.build.CollectionWeights`); on Ray also a maker of readers of the dense vectors the
+    workers encoded (one reader per shard: it passes over the other shards' rows) and the run's record."""
+
+    weights: object | None = None
+    vectors: Callable[[], object] | None = None
+    distributed: dict | None = None
+
+
 def build_shard_set(collection: str | os.PathLike, out: str | os.PathLike, count: int, *,
                     components: tuple[str, ...] = ("bm25",), overwrite: bool = False, skip_empty: bool = False,
                     threads: int | None = None, dense=None, learned: dict | None = None, prune=None,
-                    device: str | None = None) -> list[dict]:
+                    device: str | None = None, ray=None) -> list[dict]:
     """Every shard of ``count`` into ``out/shard-I-of-N`` (the shard ``--shard I/N`` builds), in one run; return
     their manifests.
 
@@ -250,35 +268,59 @@ def build_shard_set(collection: str | os.PathLike, out: str | os.PathLike, count
     single index of the collection gives it. Impact scores then compare across the shards (the sharded server
     serves ``deepimpact`` and ``deepimpact+bm25`` only from such a set); shards built one by one each have a scale of
     their own. BM25 and dense need no such pass: their scores are made comparable at serving (:mod:`indexer.shards`).
-    The set is built aside and renamed into place when every shard is complete."""
+
+    With ``ray`` (an :class:`indexer.distributed.RayOptions`) that pass is the distributed build's: the workers
+    score, weigh and encode the whole collection once into resumable shard files, and each shard's components are
+    built from its documents' rows. The set is built aside and renamed into place when every shard is complete."""
     import shutil
 
     from indexer.shards import ShardSpec
-    from indexer.weighting.build import collection_weights
+    from indexer.weighting.build import CollectionWeights, collection_weights
 
     if count < 1:
         raise InputError(f"a shard set has at least one shard (got --shard-set {count})")
     unknown = [c for c in components if c not in COMPONENTS]
     if unknown:
         raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
+    out = Path(out)
     coll = Collection.open(collection)
     common = {"components": tuple(components), "skip_empty": skip_empty, "threads": threads, "dense": dense,
               "learned": learned, "prune": prune, "device": device}
     manifests = []
-    with staged_directory(Path(out), overwrite=overwrite) as tmp:
-        weights = None
-        if learned_kinds(components):
+    with staged_directory(out, overwrite=overwrite) as tmp:
+        passed = None
+        kinds = learned_kinds(components)
+        if kinds or (ray is not None and "dense" in components):
             corpus = coll.corpus(skip_empty=skip_empty)
             keep = None
             if prune is not None:  # the documents every shard keeps (each shard records its pruning again)
                 scratch = tmp / ".pruning"
                 scratch.mkdir()
-                _, keep = _prune(corpus, prune, scratch, device)
+                _, keep = _prune(corpus, prune, scratch, device, ray, out)
                 shutil.rmtree(scratch)
-            documents = (d for d in _progress(corpus, "shard set: the collection's learned weights")
-                         if keep is None or d.id in keep)
-            weights = collection_weights(documents, {"learned": learned or {}, "components": tuple(components)})
+            if ray is None:
+                documents = (d for d in _progress(corpus, "shard set: the collection's learned weights")
+                             if keep is None or d.id in keep)
+                passed = CollectionPass(collection_weights(documents, {"learned": learned or {},
+                                                                       "components": tuple(components)}))
+            else:
+                from indexer.dense import DenseConfig
+                from indexer.distributed import ShardVectors, compute_shards
+
+                if "dense" in components and not isinstance(dense, DenseConfig):
+                    dense = common["dense"] = DenseConfig(**(dense or {}))
+                run = {"learned": learned or {}, "components": tuple(components), "threads": threads}
+                record = compute_shards(corpus, tuple(components), run, keep, out, ray,
+                                        dense=dense if "dense" in components else None, device=device)
+                given = run.get("_dense_vectors")
+                passed = CollectionPass(CollectionWeights.of(run["_learned_memo"]) if kinds else None,
+                                        (lambda: ShardVectors(given.work, given.blocks, subset=True))
+                                        if given is not None else None, record)
         for i in range(count):
             manifests.append(build_index(collection, tmp / shard_name(i, count), shard=ShardSpec(i, count),
-                                         weights=weights, **common))
+                                         collection_pass=passed, **common))
+    if ray is not None:
+        from indexer.distributed import finish
+
+        finish(out, ray)
     return manifests

@@ -643,16 +643,40 @@ def _count_statistics(work: Path, blocks: list[Block], options: RayOptions, cpus
 
 
 class ShardVectors:
-    """The dense vectors of the shards, chunk by chunk in corpus order (one shard held at a time)."""
+    """The dense vectors of the shards, chunk by chunk in corpus order (one shard held at a time). ``subset``: the
+    chunks hold some of the documents only (one shard of a shard set, in corpus order); the rows of the others are
+    passed over."""
 
-    def __init__(self, work: Path, blocks: list[Block]):
-        self.work, self.blocks = work, blocks
+    def __init__(self, work: Path, blocks: list[Block], subset: bool = False):
+        self.work, self.blocks, self.subset = work, blocks, subset
         self.current = -1
         self.ids: list[str] = []
         self.vectors = None
         self.position = 0
 
+    def _next_shard(self, wanted: str) -> None:
+        if self.current + 1 >= len(self.blocks):
+            raise InputError(f"{self.work}: the shards have no vector for document {wanted!r}; remove the work "
+                             "directory and build again")
+        self.current += 1
+        shard = read_shard(self.work, self.blocks[self.current].index)
+        self.ids, self.vectors, self.position = shard["docids"], shard["dense"], 0
+
+    def _rows_of(self, chunk) -> np.ndarray:
+        rows = []
+        for doc in chunk:
+            while True:
+                if self.vectors is None or self.position == len(self.ids):
+                    self._next_shard(doc.id)
+                self.position += 1
+                if self.ids[self.position - 1] == doc.id:
+                    rows.append(self.vectors[self.position - 1])
+                    break
+        return np.stack(rows).astype(np.float32, copy=False)
+
     def __call__(self, chunk) -> np.ndarray:
+        if self.subset:
+            return self._rows_of(chunk)
         parts = []
         needed = len(chunk)
         while needed:

@@ -78,25 +78,62 @@ def weights_depend_on_collection(kind: str, card: dict) -> bool:
 @dataclass
 class CollectionWeights:
     """Every learned component's weights for each document of a whole collection (``memo``: kind -> (docids,
-    per-document (terms, weights), model description)) and the largest DeepImpact impact among them: computed once
-    for all shards of a shard set, each taking its own documents' weights from it."""
+    per-document (terms, weights), model description), lists, or the columns of a distributed build's shards) and
+    the largest DeepImpact impact among them: computed once for all shards of a shard set, each taking its own
+    documents' weights from it."""
 
     memo: dict
     max_impact: float | None
     documents: int
     _row: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # document id -> position
 
-    def select(self, kind: str, documents: Iterable[Document]) -> tuple[list[str], list, dict]:
-        """``kind``'s (docids, weights, model) for ``documents`` (each must be one the weights were computed for)."""
+    @classmethod
+    def of(cls, memo: dict) -> CollectionWeights:
+        """From a memo of :func:`_weights` (or of a distributed build's shards): the largest impact read once."""
+        max_impact = None
+        if "deepimpact" in memo:
+            max_impact = max((float(w.max()) for _, w in memo["deepimpact"][1] if len(w)), default=0.0)
+        return cls(memo, max_impact, len(next(iter(memo.values()))[0]))
+
+    def select(self, kind: str, documents: Iterable[Document]) -> tuple[list[str], object, dict]:
+        """``kind``'s (docids, weights, model) for ``documents``, in their order (the collection's: a shard's
+        documents come in corpus order); each must be one the weights were computed for."""
         docids, weights, model = self.memo[kind]
+        ids = [d.id for d in documents]
+        if not isinstance(weights, list):  # shard columns: read as the builder iterates, never all held
+            return ids, _Subset(docids, weights, ids), model
         if not self._row:
             self._row.update((d, i) for i, d in enumerate(docids))
-        ids = [d.id for d in documents]
         missing = [d for d in ids if d not in self._row]
         if missing:
-            raise InputError(f"document {missing[0]!r} has no weights in this shard set's pass over the collection "
-                             "(did the corpus change during the build?); build again")
+            raise InputError(_NO_WEIGHTS.format(missing[0]))
         return ids, [weights[self._row[d]] for d in ids], model
+
+
+_NO_WEIGHTS = ("document {!r} has no weights in this shard set's pass over the collection (did the corpus change "
+               "during the build?); build again")
+
+
+class _Subset:
+    """The weights of ``ids`` (in corpus order) from whole-collection columns, each time it is iterated."""
+
+    def __init__(self, docids, weights, ids: list[str]):
+        self.docids, self.weights, self.ids = docids, weights, ids
+        self.wanted = set(ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self):
+        given = 0
+        for d, w in zip(self.docids, self.weights):
+            if d in self.wanted:
+                if d != self.ids[given]:
+                    raise InputError(_NO_WEIGHTS.format(self.ids[given]))
+                given += 1
+                yield w
+        if given != len(self.ids):
+            raise InputError(_NO_WEIGHTS.format(self.ids[given]))
 
 
 def collection_weights(documents: Iterable[Document], options: dict) -> CollectionWeights:
@@ -106,11 +143,7 @@ def collection_weights(documents: Iterable[Document], options: dict) -> Collecti
     run = {"learned": options.get("learned") or {}, "components": tuple(options["components"])}
     for kind in learned_kinds(run["components"]):
         _weights(kind, docs, run)  # one pass for the heads that share a backbone
-    memo = run["_learned_memo"]
-    max_impact = None
-    if "deepimpact" in memo:
-        max_impact = max((float(w.max()) for _, w in memo["deepimpact"][1] if len(w)), default=0.0)
-    return CollectionWeights(memo, max_impact, len(docs))
+    return CollectionWeights.of(run["_learned_memo"])
 
 
 def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[list[str], list, dict]:

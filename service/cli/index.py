@@ -48,13 +48,9 @@ def _build_set(args, components, dense, learned, prune) -> int:
 
     if args.shard is not None:
         raise InputError("give --shard I/N (one shard) or --shard-set N (all of them), not both")
-    if args.ray is not None:
-        raise InputError("--shard-set builds in one process: it weighs the whole collection in one pass. On Ray, "
-                         "build each shard with --shard I/N --ray (such shards serve bm25, deepct, dense and hybrid; "
-                         "deepimpact needs the one impact scale of a set)")
     manifests = build_shard_set(args.collection, args.out, args.shard_set, components=components,
                                 overwrite=args.overwrite, skip_empty=args.skip_empty, threads=args.threads,
-                                dense=dense, learned=learned, prune=prune, device=args.device)
+                                dense=dense, learned=learned, prune=prune, device=args.device, ray=ray_options(args))
     paths = [str(Path(args.out) / shard_name(i, args.shard_set)) for i in range(args.shard_set)]
     for path, m in zip(paths, manifests):
         print(f"{path}: {m['counts']['documents']} documents, {', '.join(m['components'])} "
@@ -144,7 +140,8 @@ def add_parsers(sub) -> None:
     b.add_argument("--shard-set", metavar="N", type=int, default=None,
                    help="build all N shards in one run, into OUT/shard-I-of-N: the learned weights are computed once "
                    "over the whole collection (its term statistics, one DeepImpact impact scale), so that "
-                   "deepimpact and deepimpact+bm25 can be served over the shards as over one index")
+                   "deepimpact and deepimpact+bm25 can be served over the shards as over one index; with --ray the "
+                   "workers weigh and encode the whole collection once for all N")
     d = b.add_argument_group("dense component (--with ...,dense)")
     d.add_argument("--dense-index", choices=("flat", "hnsw", "ivfflat", "ivfpq"), default="flat",
                    help="faiss index: flat (exact inner product, default), hnsw, ivfflat (exact vectors in nlist "

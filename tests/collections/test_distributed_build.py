@@ -6,8 +6,9 @@ equal the single-process index's, ids, order and scores, and the dense vectors m
 
 With ``--prune learned:0.25`` the quality scoring runs on the workers too: over the whole of Cranfield (1,398 non-empty
 documents, two blocks of the learned estimator's 1024) its scores must be the single-process build's bits, prune the
-same documents and give the same BM25 runs; run again, the build reuses the quality shards. And ``--shard 1/2
---ray`` gives the single-process shard index.
+same documents and give the same BM25 runs; run again, the build reuses the quality shards. ``--shard 1/2 --ray``
+gives the single-process shard index, and ``--shard-set 2 --ray`` two shards holding the single index's postings and
+vectors.
 
 Ray runs in a child process of the build, started here through the command line in a loopback-only network
 namespace where one can be made (root and ``unshare``): there Ray binds 127.0.0.1 only (../shared/DESIGN.md).
@@ -223,3 +224,49 @@ def test_a_shard_built_on_ray_is_the_single_process_shard(subset, tmp_path):
         ra, rb = registry.build(name, a)(queries, k=100), registry.build(name, b)(queries, k=100)
         for q in queries:
             assert [(h.doc_id, h.score) for h in ra[q.id]] == [(h.doc_id, h.score) for h in rb[q.id]], (name, q.id)
+
+
+def test_a_shard_set_built_on_ray_holds_the_single_index(subset, single, tmp_path):
+    """``--shard-set 2 --ray``: the workers weigh and encode the 300 documents once (2 blocks), and each shard takes
+    its documents' rows. The shards' merged hits (BM25 and DeepCT with the set's statistics, DeepImpact as it is) are
+    the single index's for every query, ids and scores, on the single index's impact scale, and their dense vectors
+    are its rows, the same bits."""
+    from indexer.index_dir import Index
+    from indexer.shards import global_statistics, read_shard_set
+    from ranker.retrievers.bm25 import BM25
+    from ranker.retrievers.learned_sparse import DeepCTRetriever, ImpactRetriever
+    from weir.trec import read_topics
+
+    out, work, log = tmp_path / "set", tmp_path / "work", tmp_path / "build.log"
+    with open(log, "wb") as stderr:
+        done = subprocess.run(_build(subset, out, work, COMPONENTS, ("--shard-set", "2")), cwd=ROOT, stdout=stderr,
+                              stderr=stderr, timeout=TIMEOUT, check=False)
+    assert done.returncode == 0, log.read_text(errors="replace")[-3000:]
+    parts = [out / f"shard-{i}-of-2" for i in range(2)]
+    manifests = read_shard_set(parts)
+    whole = Index(single)
+    scale = whole.manifest["components"]["deepimpact"]["parameters"]["quantization"]["scale"]
+    for m in manifests:
+        assert m["distributed"]["blocks"] == 2 and m["distributed"]["blocks_computed"] == 2
+        assert m["shard"]["learned_weights"] == "collection"
+        assert m["components"]["deepimpact"]["parameters"]["quantization"]["scale"] == scale
+    assert sum(m["counts"]["documents"] for m in manifests) == DOCUMENTS
+    shards = [Index(p) for p in parts]
+    stages = {
+        "bm25": (BM25(whole), [BM25(s, statistics=t) for s, t in zip(shards, global_statistics(parts))]),
+        "deepct": (DeepCTRetriever(whole), [DeepCTRetriever(s, statistics=t)
+                                            for s, t in zip(shards, global_statistics(parts, "deepct"))]),
+        "deepimpact": (ImpactRetriever(whole), [ImpactRetriever(s) for s in shards]),
+    }
+    texts = [q.text for q in read_topics(subset / "queries.tsv")]
+    for name, (reference, sharded) in stages.items():
+        expected = reference.search(texts, 100)
+        found = [s.search(texts, 100) for s in sharded]
+        for row, text in enumerate(texts):
+            merged = sorted((h for f in found for h in f[row]), key=lambda h: (-h[1], h[0]))[:100]
+            assert merged == expected[row], (name, text)
+    vectors = np.load(single / "dense" / "vectors.npy")
+    row_of = {d: i for i, d in enumerate((single / "dense" / "docids.txt").read_text().split())}
+    for p in parts:
+        ids = (p / "dense" / "docids.txt").read_text().split()
+        assert np.array_equal(np.load(p / "dense" / "vectors.npy"), vectors[[row_of[d] for d in ids]])
