@@ -125,6 +125,12 @@ BUILDERS = {"bm25": _build_bm25, "dense": _build_dense, "deepct": _build_deepct,
 COMPONENTS = tuple(BUILDERS)
 
 
+def _check_components(components) -> None:
+    unknown = [c for c in components if c not in COMPONENTS]
+    if unknown:
+        raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
+
+
 def build_index(
     collection: str | os.PathLike,
     out: str | os.PathLike,
@@ -156,9 +162,7 @@ def build_index(
     ``collection_pass``: a :class:`CollectionPass`, what a shard set computed once over the whole collection, from
     which this shard takes its documents' learned weights (and dense vectors, from Ray workers); see
     :func:`build_shard_set`."""
-    unknown = [c for c in components if c not in COMPONENTS]
-    if unknown:
-        raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
+    _check_components(components)
     if collection_pass is not None and (shard is None or ray is not None):
         raise InputError("a collection pass is for the shards of a shard set (given their shard, without ray)")
     weights = collection_pass.weights if collection_pass is not None else None
@@ -279,9 +283,7 @@ def build_shard_set(collection: str | os.PathLike, out: str | os.PathLike, count
 
     if count < 1:
         raise InputError(f"a shard set has at least one shard (got --shard-set {count})")
-    unknown = [c for c in components if c not in COMPONENTS]
-    if unknown:
-        raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
+    _check_components(components)
     out = Path(out)
     coll = Collection.open(collection)
     common = {"components": tuple(components), "skip_empty": skip_empty, "threads": threads, "dense": dense,

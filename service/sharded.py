@@ -36,10 +36,15 @@ impact, each shard holds the single index's postings for its documents. Shards b
 each quantize with their own largest impact, a scale of their own: ``deepimpact`` and ``deepimpact+bm25`` are
 refused over them, as is ``deepct`` when its head reads collection statistics (lexical features).
 
-**Limits.** First stages served over shards: ``bm25``, ``deepct``, ``deepimpact`` (a shard set), ``dense`` with a
-flat (exact) faiss index (an HNSW or IVF shard's approximate top k is not the whole index's: refused at start-up),
-and ``hybrid`` and ``deepimpact+bm25`` of them. Exact ties of dense scores are ordered by document id here, by faiss
-row in a single index. Rerankers: ``attention`` and ``crossencoder`` (they read the candidates' text only). ``ltr``
+**Dense shards.** A flat (exact) faiss shard gives the exact inner products of its top k, so the merged top k is the
+whole flat index's. An HNSW or IVF-Flat shard (``--dense-on-disk`` too) gives exact inner products of the
+neighbours it finds: the merged list is the best of every shard's approximate top k, approximate as a single HNSW or
+IVF index of the whole collection is, and its scores compare across shards. An IVF-PQ shard scores with codebooks
+it trained on its own vectors, so ``dense`` (and what fuses it) is refused over IVF-PQ shards.
+
+**Limits.** First stages served over shards: ``bm25``, ``deepct``, ``deepimpact`` (a shard set), ``dense`` (flat,
+HNSW, IVF-Flat), and ``hybrid`` and ``deepimpact+bm25`` of them. Exact ties of dense scores are ordered by document
+id here, by faiss row in a single index. Rerankers: ``attention`` and ``crossencoder`` (they read the candidates' text only). ``ltr``
 (its features read whole-index statistics and the dense vectors of one index) is not served over shards. A request
 for a pipeline the shards can not serve is INVALID_ARGUMENT naming the reason, and a config that asks for one fails
 at start-up. Every replica reads its shard from the filesystem it runs on: on several machines, the shard
@@ -207,6 +212,11 @@ def refused_stages(shards: Sequence[Index]) -> dict[str, str]:
 
     refused = dict(WHY_NOT)
     refused.update(incomparable_learned([s.manifest for s in shards]))
+    kinds = sorted({(s.manifest["components"].get("dense") or {}).get("index", "flat") for s in shards})
+    if "ivfpq" in kinds:
+        refused["dense"] = ("an IVF-PQ shard scores with product-quantization codes of its own (each shard trained "
+                            "its codebooks): scores of different shards do not compare; build the shards with "
+                            "--dense-index flat, hnsw or ivfflat")
     if "deepimpact" in refused:
         refused["deepimpact+bm25"] = f"it fuses deepimpact: {refused['deepimpact']}"
     return refused
@@ -479,11 +489,6 @@ class ShardedServer(Server):
         read_shard_set(paths)  # every shard of one build, each once: else an InputError saying what is wrong
         shards = [Index(p, verify_checksums=config.verify_checksums) for p in paths]
         options = PipelineOptions.from_mapping(config.options)
-        for shard in shards:
-            dense = shard.manifest["components"].get("dense")
-            if dense is not None and dense.get("index", "flat") != "flat":
-                raise InputError(f"{shard.path}: a {dense['index']} dense component: only flat (exact) dense shards "
-                                 "merge into the whole index's top k; rebuild the shards with --dense-index flat")
         refused = refused_stages(shards)
         names = [registry.parse(p) for p in served_pipelines(config, shards, options, refused)]
         firsts = list(dict.fromkeys(n[0] for n in names))

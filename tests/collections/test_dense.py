@@ -92,7 +92,18 @@ def test_dense_and_hybrid_reproduce_on_scifact(index_factory):
     assert recall > 0.95
 
 
-def test_an_on_disk_ivf_index_searches_as_the_one_in_memory(tmp_path):
+@pytest.fixture(scope="module")
+def adi_flat(tmp_path_factory):
+    """A flat dense index of ADI, whose vectors the IVF builds below reuse (--dense-vectors-from)."""
+    from indexer.build import build_index
+    from indexer.dense import DenseConfig
+
+    out = tmp_path_factory.mktemp("adi-flat") / "flat"
+    build_index(collection("adi"), out, components=("dense",), dense=DenseConfig(chunk_size=16))
+    return out
+
+
+def test_an_on_disk_ivf_index_searches_as_the_one_in_memory(adi_flat, tmp_path):
     """IVF-Flat with its lists in index.ivfdata (built in parts, merged, memory-mapped at search, found beside
     index.faiss after the build's directory is renamed into place) gives the in-memory index's hits, ids and scores,
     for every ADI query, also to 8 concurrent callers."""
@@ -105,20 +116,19 @@ def test_an_on_disk_ivf_index_searches_as_the_one_in_memory(tmp_path):
     from weir.trec import read_topics
 
     adi = collection("adi")
-    build_index(adi, tmp_path / "flat", components=("dense",), dense=DenseConfig(chunk_size=16))
     indexes = {}
     for on_disk in (False, True):
         out = tmp_path / f"ivf-{'disk' if on_disk else 'memory'}"
         manifest = build_index(adi, out, components=("dense",),
                                dense=DenseConfig(index="ivfflat", nlist=2, nprobe=1, on_disk=on_disk,
-                                                 vectors_from=str(tmp_path / "flat")))
+                                                 vectors_from=str(adi_flat)))
         verify(out)
         assert (out / "dense" / "index.ivfdata").is_file() == on_disk
         assert manifest["components"]["dense"]["parameters"]["on_disk"] == on_disk
         indexes[on_disk] = Index(out)
     # more parts than one: 82 vectors in parts of 20, merged into the lists of the in-memory index
     dense = open_dense(indexes[True])
-    parts = write_on_disk_index(np.load(tmp_path / "flat" / "dense" / "vectors.npy"), "ivfflat",
+    parts = write_on_disk_index(np.load(adi_flat / "dense" / "vectors.npy"), "ivfflat",
                                 index_parameters(DenseConfig(index="ivfflat", nlist=2, nprobe=1), 82, 384),
                                 tmp_path / "parts", part_rows=20)
     assert parts == 5
@@ -140,3 +150,31 @@ def test_an_on_disk_ivf_index_searches_as_the_one_in_memory(tmp_path):
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(ask, queries * 4))
     assert all(hits == [(h.doc_id, h.score) for h in memory[qid]] for qid, hits in answers)
+
+
+def test_on_disk_ivf_shards_merge_into_the_flat_index_top_k(adi_flat, tmp_path):
+    """Two on-disk IVF-Flat shards of ADI (``--shard I/2``, every list probed): an IVF-Flat shard scores the vectors
+    it finds exactly, so the shards' merged top 10 (by score, then id, as the sharded front merges) is the flat whole
+    index's for every query, as the sharded server serves such shards. (Scores to 1e-4: an IVF index is filled from
+    the float16 vectors stored in vectors.npy, the flat index from the float32 ones.)"""
+    from indexer.build import build_index
+    from indexer.dense import DenseConfig
+    from indexer.index_dir import Index
+    from indexer.shards import ShardSpec
+    from ranker.retrievers.dense import DenseRetriever
+    from weir.trec import read_topics
+
+    adi = collection("adi")
+    shards = []
+    for i in range(2):
+        out = tmp_path / f"shard-{i}"
+        build_index(adi, out, components=("dense",), shard=ShardSpec(i, 2),
+                    dense=DenseConfig(index="ivfflat", nlist=2, nprobe=2, on_disk=True, vectors_from=str(adi_flat)))
+        shards.append(DenseRetriever(Index(out)))
+    queries = read_topics(adi / "queries.tsv")
+    whole = DenseRetriever(Index(adi_flat))(queries, k=10)
+    found = [s(queries, k=10) for s in shards]
+    for q in queries:
+        merged = sorted(((h.doc_id, h.score) for f in found for h in f[q.id]), key=lambda h: (-h[1], h[0]))[:10]
+        assert [d for d, _ in merged] == [h.doc_id for h in whole[q.id]], q.id
+        assert [s for _, s in merged] == pytest.approx([h.score for h in whole[q.id]], abs=1e-4)

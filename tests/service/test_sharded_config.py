@@ -67,3 +67,21 @@ def test_a_sharded_server_refuses_deepimpact_over_shards_built_one_by_one(learne
     served = sharded_pipelines(shards, PipelineOptions(), refused_stages(shards))
     assert "bm25" in served and "deepct" in served
     assert not any(p.startswith("deepimpact") for p in served)
+
+
+def test_ivfpq_dense_shards_are_refused_and_the_others_still_served():
+    """IVF-PQ shards score with codebooks of their own: dense (and hybrid, which fuses it) are refused with the
+    reason; HNSW and IVF-Flat shards score the neighbours they find exactly, so dense is served over them."""
+    pytest.importorskip("ray")
+    from types import SimpleNamespace
+
+    from service.sharded import refused_stages, unsupported_reason
+
+    def shards(kind):
+        return [SimpleNamespace(manifest={"components": {"bm25": {}, "dense": {"index": kind}}}) for _ in range(2)]
+
+    refused = refused_stages(shards("ivfpq"))
+    assert "codebooks" in refused["dense"] and "codebooks" in unsupported_reason("dense>>attention", refused)
+    assert unsupported_reason("bm25", refused) is None
+    for kind in ("flat", "hnsw", "ivfflat"):
+        assert "dense" not in refused_stages(shards(kind))
