@@ -96,8 +96,12 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         return tuple(dict.fromkeys(allowed))
 
     def warm_up(self) -> None:
-        """Build the default pipeline and run it once: JVM, searchers, models loaded before SERVING."""
+        """Build the default pipeline and run it once, and open the store of documents (the JVM and pyserini's
+        searcher, seconds to start): searchers, models and stored text ready before SERVING, so that no caller's
+        first ``include_text`` request waits for them."""
         self.cache.get(self.config.default_pipeline)([Query("warm-up", "warm up")], k=1)
+        if "bm25" in self.index.components:
+            self.index.documents(["weir-warm-up"])
 
     # --- the work of one batch, on a worker thread -----------------------------------------------------------
 

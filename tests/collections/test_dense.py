@@ -155,8 +155,11 @@ def test_an_on_disk_ivf_index_searches_as_the_one_in_memory(adi_flat, tmp_path):
 def test_on_disk_ivf_shards_merge_into_the_flat_index_top_k(adi_flat, tmp_path):
     """Two on-disk IVF-Flat shards of ADI (``--shard I/2``, every list probed): an IVF-Flat shard scores the vectors
     it finds exactly, so the shards' merged top 10 (by score, then id, as the sharded front merges) is the flat whole
-    index's for every query, as the sharded server serves such shards. (Scores to 1e-4: an IVF index is filled from
+    index's for every query, as the sharded server serves such shards, and 8 concurrent callers get the sequential
+    answers. (Scores to 1e-4: an IVF index is filled from
     the float16 vectors stored in vectors.npy, the flat index from the float32 ones.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
     from indexer.build import build_index
     from indexer.dense import DenseConfig
     from indexer.index_dir import Index
@@ -173,8 +176,15 @@ def test_on_disk_ivf_shards_merge_into_the_flat_index_top_k(adi_flat, tmp_path):
         shards.append(DenseRetriever(Index(out)))
     queries = read_topics(adi / "queries.tsv")
     whole = DenseRetriever(Index(adi_flat))(queries, k=10)
-    found = [s(queries, k=10) for s in shards]
+
+    def merged(q):
+        found = [s([q], k=10)[q.id] for s in shards]
+        return sorted(((h.doc_id, h.score) for f in found for h in f), key=lambda h: (-h[1], h[0]))[:10]
+
+    sequential = {q.id: merged(q) for q in queries}
     for q in queries:
-        merged = sorted(((h.doc_id, h.score) for f in found for h in f[q.id]), key=lambda h: (-h[1], h[0]))[:10]
-        assert [d for d, _ in merged] == [h.doc_id for h in whole[q.id]], q.id
-        assert [s for _, s in merged] == pytest.approx([h.score for h in whole[q.id]], abs=1e-4)
+        assert [d for d, _ in sequential[q.id]] == [h.doc_id for h in whole[q.id]], q.id
+        assert [s for _, s in sequential[q.id]] == pytest.approx([h.score for h in whole[q.id]], abs=1e-4)
+    with ThreadPoolExecutor(8) as pool:  # the memory-mapped lists of both shards searched by 8 threads at once
+        answers = list(pool.map(lambda q: (q.id, merged(q)), queries * 4))
+    assert all(hits == sequential[qid] for qid, hits in answers)
