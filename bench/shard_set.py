@@ -1,0 +1,125 @@
+"""DeepImpact over shards: a shard set (``--shard-set N``, weighed in one pass, one impact scale) against N shards
+built one by one (``--shard I/N``, each on its own statistics and scale), both against one index of the whole
+collection, on the collection's test topics.
+
+Builds the three (bm25 and deepimpact; in --work, reused when there) and prints each build's wall time and peak
+RSS (a child process each, measured with ``resource.getrusage``), then per layout: the impact scales, on how many
+topics the merged top 10 (by score, then id, as the sharded front merges) is the whole index's (ids and scores; ids
+in order), and nDCG@10, for ``deepimpact`` and for ``deepimpact+bm25`` fused from the merged lists with the whole
+index's settings (what the sharded front does). Prints figures only; nothing is asserted.
+
+    python bench/shard_set.py --collection beir-scifact --shards 2 --work /tmp/shard-set
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import COLLECTIONS, ROOT
+
+COMPONENTS = "bm25,deepimpact"
+
+
+def build(collection: Path, out: Path, extra: list[str]) -> str:
+    """Build with `weir index build` in a child process (unless ``out`` exists); its wall time and peak RSS."""
+    if out.exists():
+        return "reused"
+    script = ("import resource, sys, time; from service.cli import main; t = time.perf_counter(); "
+              "code = main(sys.argv[1:]); print('BENCH', time.perf_counter() - t, "
+              "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", script, "index", "build", "--collection", str(collection),
+                           "--out", str(out), "--with", COMPONENTS, *extra], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        sys.exit(f"build of {out} failed:\n{done.stderr[-3000:]}")
+    seconds, rss = next(line.split()[1:] for line in done.stderr.splitlines() if line.startswith("BENCH"))
+    return f"{float(seconds):.1f} s, peak RSS {int(rss) / 2**20:.2f} GiB"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--collection", default="beir-scifact")
+    ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--work", default="/tmp/weir-shard-set", help="where the indexes are built (reused when there)")
+    ap.add_argument("--depth", type=int, default=1000, help="hits per stage merged and fused (default 1000)")
+    args = ap.parse_args()
+
+    from indexer.collections import Collection
+    from indexer.index_dir import Index
+    from indexer.shards import global_statistics
+    from ranker.evaluation.measures import evaluate
+    from ranker.options import PipelineOptions
+    from ranker.retrievers.bm25 import BM25
+    from ranker.retrievers.hybrid import fuse_runs, impact_fusion_settings
+    from ranker.retrievers.learned_sparse import ImpactRetriever
+    from weir.trec import read_qrels
+    from weir.types import Hit, Run
+
+    root = COLLECTIONS / args.collection
+    work, n = Path(args.work), args.shards
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"{args.collection}: whole index {build(root, work / 'whole', [])}")
+    print(f"shard set of {n}: {build(root, work / f'set-{n}', ['--shard-set', str(n)])}")
+    for i in range(n):
+        print(f"shard {i}/{n} built alone: {build(root, work / f'alone-{i}-of-{n}', ['--shard', f'{i}/{n}'])}")
+
+    coll = Collection.open(root)
+    topics = coll.topics("test")
+    qrels = read_qrels(root / "qrels.txt")
+    texts = [q.text for q in topics]
+    whole = Index(work / "whole")
+    settings = impact_fusion_settings(whole, PipelineOptions().deepimpact_bm25)
+
+    def run_of(lists, name: str) -> Run:
+        return Run({q.id: [Hit(d, s, r, {name: s}) for r, (d, s) in enumerate(hits, start=1)]
+                    for q, hits in zip(topics, lists)})
+
+    def merged(per_shard) -> list[list[tuple[str, float]]]:
+        return [sorted((h for found in per_shard for h in found[row]), key=lambda h: (-h[1], h[0]))[:args.depth]
+                for row in range(len(texts))]
+
+    def fused(impact, bm25) -> Run:
+        return fuse_runs([run_of(impact, "deepimpact"), run_of(bm25, "bm25")], method=settings["method"],
+                         weights=settings["weights"], depth=10, name="deepimpact+bm25")
+
+    def ndcg(run: Run) -> float:
+        return evaluate(run, qrels, ["nDCG@10"])["nDCG@10"]
+
+    scale = whole.manifest["components"]["deepimpact"]["parameters"]["quantization"]["scale"]
+    ref_impact, ref_bm25 = ImpactRetriever(whole).search(texts, args.depth), BM25(whole).search(texts, args.depth)
+    ref_fused = fused(ref_impact, ref_bm25)
+    print(f"\n{len(texts)} test topics; deepimpact+bm25 fused by {settings['method']} {settings['weights']}\n")
+    print("| layout | impact scales | deepimpact: top 10 = whole (ids, scores / ids in order) | nDCG@10 | "
+          "deepimpact+bm25: top 10 = whole | nDCG@10 |")
+    print("|---|---|---|---:|---|---:|")
+    print(f"| whole index | {scale:.4f} | - | {ndcg(run_of([h[:10] for h in ref_impact], 'd')):.4f} | - | "
+          f"{ndcg(ref_fused):.4f} |")
+    layouts = [(f"shard set (--shard-set {n})", [work / f"set-{n}" / f"shard-{i}-of-{n}" for i in range(n)]),
+               (f"built one by one (--shard I/{n})", [work / f"alone-{i}-of-{n}" for i in range(n)])]
+    for label, parts in layouts:
+        shards = [Index(p) for p in parts]
+        scales = [s.manifest["components"]["deepimpact"]["parameters"]["quantization"]["scale"] for s in shards]
+        impact = merged([ImpactRetriever(s).search(texts, args.depth) for s in shards])
+        bm25 = merged([BM25(s, statistics=t).search(texts, args.depth)
+                       for s, t in zip(shards, global_statistics(parts))])
+        fusion = fused(impact, bm25)
+        same = sum(a[:10] == b[:10] for a, b in zip(impact, ref_impact))
+        order = sum([d for d, _ in a[:10]] == [d for d, _ in b[:10]] for a, b in zip(impact, ref_impact))
+        same_f = sum([(h.doc_id, h.score) for h in fusion[q.id]] == [(h.doc_id, h.score) for h in ref_fused[q.id]]
+                     for q in topics)
+        order_f = sum([h.doc_id for h in fusion[q.id]] == [h.doc_id for h in ref_fused[q.id]] for q in topics)
+        print(f"| {label} | {', '.join(f'{x:.4f}' for x in scales)} | {same} / {order} | "
+              f"{ndcg(run_of([h[:10] for h in impact], 'd')):.4f} | {same_f} / {order_f} | {ndcg(fusion):.4f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    started = time.perf_counter()
+    code = main()
+    print(f"\n({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    sys.exit(code)
