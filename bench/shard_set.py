@@ -14,7 +14,6 @@ index's settings (what the sharded front does). Prints figures only; nothing is 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
