@@ -136,7 +136,8 @@ def add_parsers(sub) -> None:
     b.add_argument("--shard", metavar="I/N", default=None,
                    help="build shard I of N (0 <= I < N): only the documents whose ordinal in the corpus is I modulo "
                    "N; the manifest records the shard and the whole collection's document count. Serve all N with "
-                   "`weir serve --shards DIR,...` (scores as one index over the whole collection)")
+                   "`weir serve --shards DIR,...` (BM25, DeepCT and dense score as one index over the whole collection; "
+                   "DeepImpact needs the shards of one --shard-set build)")
     b.add_argument("--shard-set", metavar="N", type=int, default=None,
                    help="build all N shards in one run, into OUT/shard-I-of-N: the learned weights are computed once "
                    "over the whole collection (its term statistics, one DeepImpact impact scale), so that "
