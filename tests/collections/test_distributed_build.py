@@ -1,10 +1,11 @@
 """The distributed build on Ray (``weir index build --ray``, :mod:`indexer.distributed`) gives the single-process
 index: the first 300 documents of Cranfield (real text) in blocks of 256 (the term weighting batch) on 2 local
-workers, so one block of 256 and one of 44, with bm25, deepct, deepimpact and dense. Killed as a whole after its
-first shard, a build run again resumes from it and gives the single-process index: every run of every component
-equal, ids, order and scores, and the dense vectors the same bits. A shard set built on Ray (``--shard-set 2``) with
-one worker killed mid-build holds the single index's postings and vectors in its two shards (the killed worker's
-block retried on a restarted actor). ``--shard 1/2 --ray`` gives the single-process shard index.
+workers, so one block of 256 and one of 44. Killed as a whole after its first shard, a build of bm25, deepct and
+deepimpact run again resumes from it and gives the single-process index: every run of every component equal, ids,
+order and scores. A shard set built on Ray (``--shard-set 2``, bm25, deepct, deepimpact and dense) with one worker
+killed mid-build holds the single index's postings and vectors (the same bits) in its two shards, the killed
+worker's block retried on a restarted actor. (What ``--shard I/N --ray`` hands the workers is checked without Ray,
+in tests/indexer/test_distributed_plan.py.)
 
 With ``--prune learned:0.25`` the quality scoring runs on the workers too: over the whole of Cranfield (1,398 non-empty
 documents, two blocks of the learned estimator's 1024) its scores must be the single-process build's bits, prune the
@@ -123,7 +124,7 @@ def _kill_a_worker(work: Path, proc: subprocess.Popen) -> None:
 def test_a_build_killed_midway_resumes_from_its_shards(subset, single, tmp_path):
     out, work, log = tmp_path / "index", tmp_path / "work", tmp_path / "build.log"
     with open(log, "wb") as stderr:
-        proc = subprocess.Popen(_build(subset, out, work), cwd=ROOT, stdout=stderr, stderr=stderr,
+        proc = subprocess.Popen(_build(subset, out, work, LEXICAL), cwd=ROOT, stdout=stderr, stderr=stderr,
                                 start_new_session=True)
         _wait_for(lambda: _shards(work), proc, "first shard")
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray child and the workers, at once
@@ -132,8 +133,8 @@ def test_a_build_killed_midway_resumes_from_its_shards(subset, single, tmp_path)
     assert finished == 1
     _kill_leftover_ray(work)
     with open(log, "ab") as stderr:
-        rerun = subprocess.run(_build(subset, out, work), cwd=ROOT, stdout=stderr, stderr=stderr, timeout=TIMEOUT,
-                               check=False)
+        rerun = subprocess.run(_build(subset, out, work, LEXICAL), cwd=ROOT, stdout=stderr, stderr=stderr,
+                               timeout=TIMEOUT, check=False)
     assert rerun.returncode == 0, log.read_text(errors="replace")[-3000:]
     distributed = json.loads((out / "manifest.json").read_text())["distributed"]
     assert distributed["blocks_reused"] == finished
@@ -188,34 +189,6 @@ def test_quality_scoring_on_the_workers_prunes_as_one_process(tmp_path):
     ra, rb = registry.build("bm25", a)(queries, k=100), registry.build("bm25", b)(queries, k=100)
     for q in queries:
         assert [(h.doc_id, h.score) for h in ra[q.id]] == [(h.doc_id, h.score) for h in rb[q.id]], q.id
-
-
-def test_a_shard_built_on_ray_is_the_single_process_shard(subset, tmp_path):
-    """``--shard 1/2 --ray``: the workers weigh only the shard's 150 documents, and the shard index equals the one a
-    single process builds with ``--shard 1/2`` (runs, counts, the manifest's shard record)."""
-    from indexer.build import build_index
-    from indexer.index_dir import Index
-    from indexer.shards import ShardSpec
-    from ranker import registry
-    from weir.trec import read_topics
-
-    single = tmp_path / "single"
-    build_index(subset, single, components=tuple(LEXICAL.split(",")), skip_empty=True, shard=ShardSpec(1, 2))
-    out, work, log = tmp_path / "index", tmp_path / "work", tmp_path / "build.log"
-    with open(log, "wb") as stderr:
-        done = subprocess.run(_build(subset, out, work, LEXICAL, ("--shard", "1/2")), cwd=ROOT, stdout=stderr,
-                              stderr=stderr, timeout=TIMEOUT, check=False)
-    assert done.returncode == 0, log.read_text(errors="replace")[-3000:]
-    a, b = Index(single), Index(out)
-    assert a.manifest["shard"] == b.manifest["shard"] and a.manifest["counts"] == b.manifest["counts"]
-    assert b.manifest["counts"]["documents"] == DOCUMENTS // 2
-    ran = b.manifest["distributed"]
-    assert (ran["blocks"], ran["steps"]["term_weighting"]["documents"]) == (1, DOCUMENTS // 2)
-    queries = read_topics(subset / "queries.tsv")
-    for name in LEXICAL.split(","):
-        ra, rb = registry.build(name, a)(queries, k=100), registry.build(name, b)(queries, k=100)
-        for q in queries:
-            assert [(h.doc_id, h.score) for h in ra[q.id]] == [(h.doc_id, h.score) for h in rb[q.id]], (name, q.id)
 
 
 def test_a_shard_set_built_on_ray_with_a_worker_killed_holds_the_single_index(subset, single, tmp_path):

@@ -128,3 +128,30 @@ def test_the_workers_block_statistics_sum_to_the_whole_collections(tmp_path):
         summed = collection_statistics(work, blocks)
         assert (summed.n_docs, summed.total_terms, dict(summed.df)) == (whole.n_docs, whole.total_terms,
                                                                         dict(whole.df))
+
+
+def test_a_shard_hands_the_workers_only_its_documents(tmp_path, monkeypatch):
+    """``--shard I/N --ray``: the Ray part is given the shard's documents only, those whose ordinal in the corpus
+    stream (after --skip-empty) is I modulo N (the Ray part itself is tested in tests/collections/)."""
+    import indexer.distributed as distributed
+    from indexer.build import build_index
+    from indexer.shards import ShardSpec
+
+    corpus = _corpus(tmp_path, 30)
+    handed = {}
+
+    class Stop(Exception):
+        pass
+
+    def compute_shards(corpus, components, options, todo, out, ray, **kw):
+        handed.update(todo=todo, components=components)
+        raise Stop
+
+    monkeypatch.setattr(distributed, "compute_shards", compute_shards)
+    with pytest.raises(Stop):
+        build_index(corpus.path, tmp_path / "out", components=("bm25", "deepct"), skip_empty=True,
+                    shard=ShardSpec(1, 3), ray=distributed.RayOptions())
+    streamed = [d.id for d in Corpus(corpus.path, skip_empty=True)]
+    assert len(streamed) == 26 and handed["components"] == ("bm25", "deepct")  # 4 of the 30 are empty
+    assert handed["todo"] == {d for i, d in enumerate(streamed) if i % 3 == 1}
+    assert not (tmp_path / "out").exists()
