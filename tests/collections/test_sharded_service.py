@@ -1,6 +1,6 @@
 """Sharded serving on Ray Serve (service/sharded.py) against one server over the whole index, through gRPC: the 2-shard
-top 10 of every SciFact test topic is the single server's (BM25), ranks and float scores alike; over a shard set of
-ADI (``--shard-set 2``, each shard replicated twice) a flat dense index, DeepImpact, the fusions hybrid and
+top 10 of every SciFact test topic is the single server's (BM25, each shard replicated twice), ranks and float scores
+alike; over a shard set of ADI (``--shard-set 2``) a flat dense index, DeepImpact, the fusions hybrid and
 deepimpact+bm25, and BM25 >> attention (reranked once after the merge, on 8 queries) too; 8 concurrent callers of the
 sharded front get exactly the sequential answers; unsupported pipelines and bad fields get their status codes.
 
@@ -62,7 +62,7 @@ def results(index_factory, shard_factory, tmp_path_factory):
     ray = {"num_cpus": 2, "shard_num_cpus": 0.25, "reranker_num_cpus": 0.5}
     plan = {"num_cpus": 2, "scenarios": [
         {"whole": str(index_factory("beir-scifact", "bm25")), "shards": shard_factory("beir-scifact", "bm25"),
-         "ray": ray,
+         "ray": {**ray, "shard_replicas": 2},  # replicated: concurrent calls reach both replicas of each shard
          "pipelines": [
              {"pipeline": "bm25", "k": 10, "depth": 0, "queries": topics, "include_text": False,
               "concurrent_calls": 800},
@@ -72,7 +72,7 @@ def results(index_factory, shard_factory, tmp_path_factory):
                     {"query": " "}, {"depth": 5000}]},
         {"whole": str(index_factory("adi", "bm25,dense,deepimpact")),
          "shards": shard_factory("adi", "bm25,dense,deepimpact", together=True),
-         "ray": {**ray, "shard_replicas": 2},  # replicated: concurrent calls reach both replicas of each shard
+         "ray": ray,
          "pipelines": [
              {"pipeline": "dense", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
               "concurrent_calls": 80},

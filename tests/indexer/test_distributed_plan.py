@@ -133,7 +133,7 @@ def test_the_workers_block_statistics_sum_to_the_whole_collections(tmp_path):
 def test_a_shard_hands_the_workers_only_its_documents(tmp_path, monkeypatch):
     """``--shard I/N --ray``: the Ray part is given the shard's documents only, those whose ordinal in the corpus
     stream (after --skip-empty) is I modulo N (the Ray part itself is tested in tests/collections/)."""
-    import indexer.distributed as distributed
+    from indexer import distributed
     from indexer.build import build_index
     from indexer.shards import ShardSpec
 
