@@ -289,12 +289,12 @@ class ShardedSearchService(SearchService):
     """:class:`SearchService` whose batches run over shard and reranker deployments (see the module docstring)."""
 
     def __init__(self, config: ServiceConfig, shards: list[Index], options: PipelineOptions, metrics: Metrics,
-                 searchers: list, rerankers: dict):
+                 searchers: list, rerankers: dict, refused: dict[str, str]):
         self.config, self.limits, self.metrics = config, config.limits, metrics
         self.shards, self.index = shards, shards[0]
         self.options = options
         self.searchers, self.rerankers = searchers, rerankers
-        self.refused = refused_stages(shards)
+        self.refused = refused  # refused_stages(shards), as the deployment computed it
         self.allowed = self._allowed_pipelines(options)
         firsts = {registry.parse(p)[0] for p in self.allowed}
         self.fusions = {name: fusion_settings(name, self.index, options, self.refused) for name in FUSED
@@ -542,7 +542,7 @@ class ShardedServer(Server):
         searchers, rerankers = handles[:len(paths)], dict(zip(reranker_names, handles[len(paths):]))
         log.info("deployed %d shard(s) x %d replica(s), reranker(s) %s x %d replica(s) (%s GPU each)", len(paths),
                  settings.shard_replicas, ", ".join(reranker_names) or "none", settings.reranker_replicas, gpus)
-        return ShardedSearchService(config, shards, options, self.metrics, searchers, rerankers)
+        return ShardedSearchService(config, shards, options, self.metrics, searchers, rerankers, refused)
 
     async def drain(self, grace: float | None = None) -> None:
         await super().drain(grace)

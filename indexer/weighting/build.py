@@ -84,7 +84,6 @@ class CollectionWeights:
 
     memo: dict
     max_impact: float | None
-    documents: int
     _row: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # document id -> position
 
     @classmethod
@@ -93,7 +92,7 @@ class CollectionWeights:
         max_impact = None
         if "deepimpact" in memo:
             max_impact = max((float(w.max()) for _, w in memo["deepimpact"][1] if len(w)), default=0.0)
-        return cls(memo, max_impact, len(next(iter(memo.values()))[0]))
+        return cls(memo, max_impact)
 
     def select(self, kind: str, documents: Iterable[Document]) -> tuple[list[str], object, dict]:
         """``kind``'s (docids, weights, model) for ``documents``, in their order (the collection's: a shard's
