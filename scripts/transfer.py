@@ -27,8 +27,11 @@ Commands (each step a `weir` process; everything under --work, reused when there
   against ``hybrid>>ltr`` on X; ``--ltr-args`` are the `weir train ltr` options of the variant (``--tag`` names it);
 - ``ltr-final``: that LTR trained on every collection (the shipped default, ``--out-dir``/ltr), and SciFact test.
 
+A variant may retrain one kind only: ``--kinds deepimpact --reuse bm25`` trains the DeepImpact heads (with
+``--train-args``, options of `weir train`) and takes the DeepCT heads of the variant ``bm25``.
+
 Usage: python scripts/transfer.py cache|loco|self|final|table [--work WORK] [--shape bm25] [--tag bm25]
-       [--collections a,b] [--epochs 10]
+       [--collections a,b] [--epochs 10] [--kinds deepimpact --reuse TAG] [--train-args "--draws sources"]
 """
 
 from __future__ import annotations
@@ -152,11 +155,21 @@ def cache(args) -> None:
 
 
 def loco(args) -> None:
+    """With ``--reuse``, only the kinds of ``--kinds`` are trained (with ``--train-args``); the others are the heads
+    of the variant ``--reuse`` for the same collection."""
     for held in args.collections:
         work = args.work / f"loco-{args.tag}" / held
         others = [n for n in SOURCES if n != held]
-        models = {k: train(k, work / k, others, args) for k in ("deepct", "deepimpact")}
+        models = {k: train(k, work / k, others, args, args.train_args.split()) if k in args.kinds or not args.reuse
+                  else train(k, args.work / f"loco-{args.reuse}" / held / k, others, args)
+                  for k in ("deepct", "deepimpact")}
         evaluate(held, models, work)
+
+
+def loco_head(held: str, kind: str, args) -> Path:
+    """The leave-one-out head of this kind for ``held``: the variant's own, or the one it took from ``--reuse``."""
+    own = args.work / f"loco-{args.tag}" / held / kind
+    return own if (own / "card.json").is_file() or not args.reuse else args.work / f"loco-{args.reuse}" / held / kind
 
 
 def self_supervised(args) -> None:
@@ -164,9 +177,8 @@ def self_supervised(args) -> None:
         work = args.work / f"self-{args.tag}" / held
         others = [n for n in SOURCES if n != held]
         extra = ["--self-supervised", str(COLLECTIONS / held)]
-        loco_head = args.work / f"loco-{args.tag}" / held  # the kinds not adapted stay the leave-one-out heads
-        models = {k: train(k, work / k, others, args, extra) if k in args.kinds else train(k, loco_head / k, others,
-                                                                                          args)
+        models = {k: train(k, work / k, others, args, args.train_args.split() + extra) if k in args.kinds
+                  else train(k, loco_head(held, k, args), others, args)  # not adapted: the leave-one-out head
                   for k in ("deepct", "deepimpact")}
         evaluate(held, models, work)
 
@@ -174,7 +186,8 @@ def self_supervised(args) -> None:
 def final(args) -> None:
     out = Path(args.out_dir)
     work = args.work / f"final-{args.tag}"  # the logs stay out of the model directories' parent (models/)
-    models = {k: train(k, out / k, list(SOURCES), args, log_dir=work) for k in ("deepct", "deepimpact")}
+    models = {k: train(k, out / k, list(SOURCES), args, args.train_args.split(), log_dir=work)
+              for k in ("deepct", "deepimpact")}
     evaluate("beir-scifact", models, work / "beir-scifact")
 
 
@@ -232,7 +245,11 @@ def main() -> None:
     ap.add_argument("--shape", default="bm25", choices=("bm25", "free"))
     ap.add_argument("--tag", default=None, help="names the variant's directories (default: the shape)")
     ap.add_argument("--epochs", type=int, default=10)
-    ap.add_argument("--kinds", default="deepct,deepimpact", help="self: the heads adapted with pseudo-queries")
+    ap.add_argument("--kinds", default="deepct,deepimpact", help="self: the heads adapted with pseudo-queries; "
+                    "loco: the heads trained (the others from --reuse)")
+    ap.add_argument("--reuse", default=None, help="loco, self: the variant (tag) whose heads of the kinds not in "
+                    "--kinds are used")
+    ap.add_argument("--train-args", default="", help="options of `weir train deepct|deepimpact` for the variant")
     ap.add_argument("--out-dir", default=str(ROOT / "models"), help="final: where the heads go (<dir>/deepct, ...)")
     args = ap.parse_args()
     args.collections = [c for c in args.collections.split(",") if c]

@@ -9,8 +9,18 @@ Sources. ``--train COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]`` (repeatable; the
 collection, deterministically (seeded): a passage's title asks for the passage without its title, and a held-out
 sentence asks for the rest of the passage; a positive is then scored on the terms the rest has, with the rest's
 frequencies and length, so the head learns what a query is *not* already saying. Each source's queries are split
-(seeded) into a training part and a validation part; a step draws its queries from the sources in proportion to their
-weights, whatever their sizes; the epoch kept is the one with the best validation nDCG@10 averaged over the sources.
+(seeded) into a training part and a validation part. ``--draws`` says how a step draws its queries:
+
+- ``queries`` (default): every training query equally likely, times its source's weight, so an epoch sees each query
+  about once; the validation mean is over queries too (a source counts its validation queries times its weight);
+  self-supervised sources are left out of it when a source is judged (their pseudo-queries validate at about 0.98
+  from the untrained head on: nothing to choose an epoch by);
+- ``sources``: every source equally likely, times its weight, whatever its size (the recipe of the heads shipped
+  before it). An epoch then repeats a small source's queries many times (43 DL 2019 queries beside 3,000 of
+  ArguAna: each about 20 times an epoch), and the head learns them by heart: its validation nDCG@10 on the
+  sources' held-out queries fell from the first epoch where ``queries`` draws raised it (models/RESULTS.md).
+
+The epoch kept is the one with the best validation nDCG@10 averaged over the sources, weighed as they are drawn.
 
 Heads (``--shape``, see :mod:`indexer.weighting.model`): ``bm25`` (default) multiplies a BM25-shaped prior from the
 collection being indexed by a learned factor in [1/2, 2]; ``free`` is the published recipe.
@@ -93,6 +103,7 @@ class TrainConfig:
     bm25_index: str | None = None
     device: str | None = None
     features: list[str] = field(default_factory=list)  # lexical inputs beside the term vector: idf, tf, length
+    draws: str = "queries"  # queries: every training query equally likely (times its weight); sources: every source
     command: list[str] = field(default_factory=list)
 
     def sources(self) -> list[tuple[TrainingSource | None, str, float]]:
@@ -273,6 +284,11 @@ class Source:
                              for i, h in zip(self.val, hits)}).ranked()
         log(f"{self.name}: {len(self.items)} training and {len(self.val)} validation queries, weight {weight}")
 
+    def share(self, draws: str, part: str = "items") -> float:
+        """How much this source counts among the sources: in drawing training queries (``part`` items) or in the mean
+        of validation figures (``val``): its weight, times its number of those queries with ``draws`` queries."""
+        return self.weight * (len(getattr(self, part)) if draws == "queries" else 1)
+
     def prepare_deepct(self) -> None:
         """What the DeepCT ranking loss needs: each row's document frequency, and the mean pseudo-document length at
         factor 1 (10 x the mean length in terms)."""
@@ -369,9 +385,10 @@ class Training:
 
     def epoch_order(self) -> list[tuple[int, int]]:
         """(source, item) pairs of an epoch: as many draws as items over all sources, each draw's source chosen with
-        probability proportional to its weight (seeded), each source's items taken in a shuffled cycle."""
+        probability proportional to its share (seeded), each source's items taken in a shuffled cycle."""
         total = sum(len(s.items) for s in self.sources)
-        drawn = self.rng.choices(range(len(self.sources)), weights=[s.weight for s in self.sources], k=total)
+        drawn = self.rng.choices(range(len(self.sources)), weights=[s.share(self.config.draws)
+                                                                    for s in self.sources], k=total)
         cycles = []
         for s in self.sources:
             cycle = list(range(len(s.items)))
@@ -384,13 +401,21 @@ class Training:
             taken[si] += 1
         return order
 
+    def validation_weights(self) -> list[float]:
+        """How much each source's validation nDCG@10 counts in the mean that chooses the epoch and the fusion weight:
+        its share (:meth:`Source.share`). With ``queries`` draws, a self-supervised source's counts only when no source
+        is judged: its pseudo-queries are too easy to choose by (they validate at about 0.98 from the untrained head
+        on), and they would outweigh the judged queries. ``sources`` draws keep the earlier recipe (each source by its
+        weight)."""
+        judged = self.config.draws == "queries" and any(s.judged is not None for s in self.sources)
+        return [0.0 if judged and s.judged is None else s.share(self.config.draws, "val") for s in self.sources]
+
     def end_epoch(self, epoch: int, loss: float | None, digits: int) -> None:
         self.head.eval()
         per_source = {s.name: s.validate(self.config.kind, s.weights(self.head, self.config.shape), self.search,
                                          self.config.shape)[0]
                       for s in self.sources}
-        mean = float(np.average([m["nDCG@10"] for m in per_source.values()],
-                                weights=[s.weight for s in self.sources]))
+        mean = float(np.average([m["nDCG@10"] for m in per_source.values()], weights=self.validation_weights()))
         self.history.append({"epoch": epoch, "loss": loss, "nDCG@10": mean, "sources": per_source})
         shown = "- (untrained)" if loss is None else f"{loss:.{digits}f}"
         self.log(f"epoch {epoch}: loss {shown}, validation nDCG@10 {mean:.4f} ("
@@ -529,18 +554,18 @@ HEADS = {("deepct", "free"): "Linear(dim, 1) on the first word piece of each ter
 
 
 def _fusion(t: Training) -> dict:
-    """The ``deepimpact+bm25`` interpolation weight best on the validation parts, each source weighing its weight."""
+    """The ``deepimpact+bm25`` interpolation weight best on the validation parts, each source weighed by its share."""
     grids = []
     for s in t.sources:
         _, run = s.validate("deepimpact", s.weights(t.head, t.config.shape), t.search, t.config.shape)
         qids = [i.qid for i in s.val]
         grids.append(interpolation_weight(run, s.bm25_val, s.qrels, qids, ["deepimpact", "bm25"])["grid"])
-    weights = np.array([s.weight for s in t.sources], dtype=float)
+    weights = np.array(t.validation_weights(), dtype=float)
     grid = {w: float(np.average([g[w] for g in grids], weights=weights)) for w in grids[0]}
     value, w = max(((v, float(g)) for g, v in grid.items()), key=lambda x: (x[0], -abs(x[1] - 0.5), x[1]))
     return {"method": "minmax", "weights": [w, round(1 - w, 2)], "stages": ["deepimpact", "bm25"],
             "validation_nDCG@10": value, "grid": {g: round(v, 4) for g, v in grid.items()},
-            "tuned_on": "validation parts of the training sources (mean nDCG@10 over sources, by weight)"}
+            "tuned_on": f"validation parts of the training sources (mean nDCG@10, sources weighed by {t.config.draws})"}
 
 
 def train(config: TrainConfig, log=print) -> dict:

@@ -16,7 +16,7 @@ def cmd_term_weighting(args) -> int:
                          epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, negatives=args.negatives,
                          negative_depth=args.negative_depth, val_fraction=args.val_fraction, seed=args.seed,
                          bm25_index=args.bm25_index, device=args.device, command=["weir"] + args.argv,
-                         features=[f.strip() for f in args.features.split(",") if f.strip()])
+                         features=[f.strip() for f in args.features.split(",") if f.strip()], draws=args.draws)
     card = train(config, log=lambda m: print(m, file=sys.stderr))
     v = card["metrics"]["validation"]
     print(f"{args.kind} -> {args.out}: validation nDCG@10 {v['nDCG@10']:.4f} (epoch {v['epoch']}, mean over "
@@ -115,7 +115,8 @@ def _add_term_weighting(tr) -> None:
                           "model card) to --out.")
         t.add_argument("--train", action="append", metavar="COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]",
                        help="training judgments over a collection (repeatable; TRAINING splits only); WEIGHT (default "
-                       "1) is its share of the steps, MIN_REL the grade counted relevant (default --min-rel)")
+                       "1) multiplies its share of the steps (see --draws), MIN_REL the grade counted relevant (default "
+                       "--min-rel)")
         t.add_argument("--self-supervised", action="append", metavar="COLLECTION[:WEIGHT]",
                        help="pseudo-queries made from this collection: titles ask for their passages, held-out "
                        "sentences for the rest of theirs; BM25-mined negatives (repeatable)")
@@ -144,6 +145,11 @@ def _add_term_weighting(tr) -> None:
         t.add_argument("--device", default=None, help="encoder device (default: cuda when available, else cpu)")
         t.add_argument("--features", default="", help="lexical head inputs beside the term vector, comma-separated: "
                        "idf, tf, length (default: none, the published heads)")
+        t.add_argument("--draws", choices=("queries", "sources"), default="queries", help="how a step draws its "
+                       "queries from several sources: queries (default): every training query equally likely, times "
+                       "its source's WEIGHT, and the validation mean over queries; sources: every source equally "
+                       "likely, times its WEIGHT, whatever its size (a small source's queries then repeat many times "
+                       "an epoch)")
         t.set_defaults(func=cmd_term_weighting, kind=kind)
 
 

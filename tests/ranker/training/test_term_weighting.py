@@ -1,5 +1,6 @@
 """Term weighting training: both heads in both shapes write a model card; several training sets are read and drawn
-by their weights; self-supervised pseudo-queries are deterministic and ask for what the passage says elsewhere."""
+by their weights (per source or per query); self-supervised pseudo-queries are deterministic and ask for what the
+passage says elsewhere."""
 
 from __future__ import annotations
 
@@ -42,10 +43,21 @@ def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_pa
     assert [(s is None, w) for s, _, w in specs] == [(False, 3.0), (False, 1.0), (True, 1.0)]
     backbone = Backbone(max_length=32)
     sources = [Source(j, c, w, config, backbone, lambda m: None) for j, c, w in specs]
-    t = Training(config, sources, backbone.dim, lambda m: None)
-    draws = [si for _ in range(50) for si, _ in t.epoch_order()]
-    shares = [draws.count(i) / len(draws) for i in range(3)]
-    assert shares[0] == pytest.approx(0.6, abs=0.05) and shares[1] == pytest.approx(0.2, abs=0.05)
+    sizes = [len(s.items) for s in sources]
+    assert sizes[0] == sizes[1] != sizes[2]  # the pseudo-queries are a source of another size
+    for draws, expected in (("sources", [3, 1, 1]), ("queries", [3 * sizes[0], sizes[1], sizes[2]])):
+        config.draws = draws
+        t = Training(config, sources, backbone.dim, lambda m: None)
+        drawn = [si for _ in range(50) for si, _ in t.epoch_order()]
+        assert len(drawn) == 50 * sum(sizes)  # an epoch draws as many queries as the sources have
+        shares = [drawn.count(i) / len(drawn) for i in range(3)]
+        assert shares == pytest.approx([e / sum(expected) for e in expected], abs=0.03), draws
+        # the validation mean weighs the sources as they are drawn: by weight, or by weight x validation queries,
+        # where the pseudo-queries (too easy to choose an epoch by) count only without judged sources
+        assert t.validation_weights() == ([3, 1, 1] if draws == "sources" else
+                                          [3 * len(sources[0].val), len(sources[1].val), 0])
+        assert Training(config, sources[2:], backbone.dim, lambda m: None).validation_weights() == \
+            [sources[2].share(draws, "val")]
 
 
 def test_pseudo_queries_are_deterministic_and_leave_their_words_out():
