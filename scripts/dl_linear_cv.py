@@ -2,8 +2,9 @@
 
 The candidates are the DL pool's BM25 top-100 for the 43 DL 2019 topics. Each query's attention score
 (``runs/late/cv1.trec``, the cross-validated attention run of models/RESULTS.md), MiniLM cosine and BM25 are
-standardized within the query. The score is ``z(attention) + a z(dense_cos) + b z(bm25)``, with a and b chosen on a
-6 x 6 grid by the nDCG@10 of the training folds. The folds are those of ``weir train ltr --folds 5`` (seed 13), and
+standardized within the query, as ``weir train ltr --init-from`` standardizes its feature. The score is
+``z(attention) + a z(dense_cos) + b z(bm25)``, with a and b chosen on a 6 x 6 grid by the nDCG@10 of the training
+folds. The folds are those of ``weir train ltr --folds 5`` (seed 13), and
 each test fold is scored by its own choice. It prints every fold and the mean over queries, beside attention alone.
 
 Usage: python scripts/dl_linear_cv.py    (needs indexes/msmarco-passage-trec-dl-pool with bm25 and dense)
@@ -21,23 +22,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ranker.evaluation.measures import evaluate
+from ranker.rerankers.ltr import base_scores, query_groups
 from ranker.rerankers.ltr_features import FEATURES
+from ranker.stage import apply_scores
 from ranker.training.common import DataSet, folds_of
 from ranker.training.ltr import load_examples
 from weir.trec import read_qrels
-from weir.types import Hit, Run
+from weir.types import Run
 
 D = ROOT.parent / "shared" / "collections" / "msmarco-passage-trec-dl-pool"
 GRID = (0, 0.05, 0.1, 0.2, 0.3, 0.5)
-
-
-def standardized(values: np.ndarray, qids: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(values)
-    for q in np.unique(qids):
-        m = qids == q
-        sd = values[m].std()
-        out[m] = (values[m] - values[m].mean()) / (sd if sd > 0 else 1.0)
-    return out
 
 
 def main() -> None:
@@ -47,16 +41,13 @@ def main() -> None:
     ex = load_examples(ds, log=lambda m: print(m, file=sys.stderr))
     qrels = read_qrels(ds.qrels)
     qids = np.asarray(ex.qids)
-    docs = [h.doc_id for q in dict.fromkeys(ex.qids) for h in ex.run[q][:ds.depth]]
-    col = {f: i for i, f in enumerate(FEATURES)}
-    z = {n: standardized(np.nan_to_num(ex.X[:, col[n]]), qids) for n in ("attention", "dense_cos", "bm25")}
+    groups = query_groups(ex.qids)
+    z = {n: base_scores(ex.X, groups, FEATURES.index(n)) for n in ("attention", "dense_cos", "bm25")}  # as ltr does
 
     def ndcg(score: np.ndarray, keep: set[str]) -> float:
-        run = Run()
-        for q in keep:
-            rows = np.flatnonzero(qids == q)
-            order = rows[np.argsort(-score[rows], kind="stable")]
-            run[q] = [Hit(docs[i], float(score[i]), r + 1) for r, i in enumerate(order)]
+        queries = [q for q in ex.queries if q.id in keep]
+        scores = {q.id: score[qids == q.id].tolist() for q in queries}  # rows in candidate order, as the run's hits
+        run = apply_scores(queries, Run({q.id: ex.run[q.id][:ds.depth] for q in queries}), ds.depth, scores, "linear")
         return evaluate(run, {q: qrels[q] for q in keep if q in qrels}, ["nDCG@10"], binary_min_rel=2)["nDCG@10"]
 
     def linear(a: float, b: float) -> np.ndarray:

@@ -154,6 +154,12 @@ def cache(args) -> None:
         cached_term_vectors(backbone, docs, desc=f"{name} term vectors")
 
 
+def loco_head(held: str, kind: str, args) -> Path:
+    """The leave-one-out head of this kind for ``held``: the variant's own, or the one it took from ``--reuse``."""
+    own = args.work / f"loco-{args.tag}" / held / kind
+    return own if (own / "card.json").is_file() or not args.reuse else args.work / f"loco-{args.reuse}" / held / kind
+
+
 def loco(args) -> None:
     """With ``--reuse``, only the kinds of ``--kinds`` are trained (with ``--train-args``); the others are the heads
     of the variant ``--reuse`` for the same collection."""
@@ -161,15 +167,9 @@ def loco(args) -> None:
         work = args.work / f"loco-{args.tag}" / held
         others = [n for n in SOURCES if n != held]
         models = {k: train(k, work / k, others, args, args.train_args.split()) if k in args.kinds or not args.reuse
-                  else train(k, args.work / f"loco-{args.reuse}" / held / k, others, args)
+                  else train(k, loco_head(held, k, args), others, args)
                   for k in ("deepct", "deepimpact")}
         evaluate(held, models, work)
-
-
-def loco_head(held: str, kind: str, args) -> Path:
-    """The leave-one-out head of this kind for ``held``: the variant's own, or the one it took from ``--reuse``."""
-    own = args.work / f"loco-{args.tag}" / held / kind
-    return own if (own / "card.json").is_file() or not args.reuse else args.work / f"loco-{args.reuse}" / held / kind
 
 
 def self_supervised(args) -> None:

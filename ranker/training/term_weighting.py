@@ -20,7 +20,7 @@ frequencies and length, so the head learns what a query is *not* already saying.
   ArguAna: each about 20 times an epoch), and the head learns them by heart: its validation nDCG@10 on the
   sources' held-out queries fell from the first epoch where ``queries`` draws raised it (models/RESULTS.md).
 
-The epoch kept is the one with the best validation nDCG@10 averaged over the sources, weighed as they are drawn.
+The epoch kept is the one with the best validation nDCG@10 averaged over the sources, weighed as just said.
 
 Heads (``--shape``, see :mod:`indexer.weighting.model`): ``bm25`` (default) multiplies a BM25-shaped prior from the
 collection being indexed by a learned factor in [1/2, 2]; ``free`` is the published recipe.
@@ -77,6 +77,9 @@ from weir.trec import read_qrels, read_topics
 from weir.types import Hit, InputError, Run
 
 
+DRAWS = ("queries", "sources")  # how a step draws its queries from several sources (the module docstring)
+
+
 @dataclass
 class TrainConfig:
     kind: str
@@ -103,7 +106,7 @@ class TrainConfig:
     bm25_index: str | None = None
     device: str | None = None
     features: list[str] = field(default_factory=list)  # lexical inputs beside the term vector: idf, tf, length
-    draws: str = "queries"  # queries: every training query equally likely (times its weight); sources: every source
+    draws: str = "queries"  # DRAWS: every training query equally likely, or every source (both times their weight)
     command: list[str] = field(default_factory=list)
 
     def sources(self) -> list[tuple[TrainingSource | None, str, float]]:
@@ -284,10 +287,10 @@ class Source:
                              for i, h in zip(self.val, hits)}).ranked()
         log(f"{self.name}: {len(self.items)} training and {len(self.val)} validation queries, weight {weight}")
 
-    def share(self, draws: str, part: str = "items") -> float:
-        """How much this source counts among the sources: in drawing training queries (``part`` items) or in the mean
-        of validation figures (``val``): its weight, times its number of those queries with ``draws`` queries."""
-        return self.weight * (len(getattr(self, part)) if draws == "queries" else 1)
+    def share(self, draws: str, validation: bool = False) -> float:
+        """How much this source counts among the sources, in drawing training queries or (``validation``) in the mean
+        of validation figures: its weight, times its number of those queries with ``draws`` ``queries``."""
+        return self.weight * (len(self.val if validation else self.items) if draws == "queries" else 1)
 
     def prepare_deepct(self) -> None:
         """What the DeepCT ranking loss needs: each row's document frequency, and the mean pseudo-document length at
@@ -408,7 +411,8 @@ class Training:
         on), and they would outweigh the judged queries. ``sources`` draws keep the earlier recipe (each source by its
         weight)."""
         judged = self.config.draws == "queries" and any(s.judged is not None for s in self.sources)
-        return [0.0 if judged and s.judged is None else s.share(self.config.draws, "val") for s in self.sources]
+        return [0.0 if judged and s.judged is None else s.share(self.config.draws, validation=True)
+                for s in self.sources]
 
     def end_epoch(self, epoch: int, loss: float | None, digits: int) -> None:
         self.head.eval()
@@ -576,6 +580,8 @@ def train(config: TrainConfig, log=print) -> dict:
         raise InputError(f"unknown model kind {config.kind!r}; known: {', '.join(KINDS)}")
     if config.shape not in SHAPES:
         raise InputError(f"unknown head shape {config.shape!r}; known: {', '.join(SHAPES)}")
+    if config.draws not in DRAWS:
+        raise InputError(f"unknown draws {config.draws!r}; known: {', '.join(DRAWS)}")
     unknown = [f for f in config.features if f not in FEATURES]
     if unknown:
         raise InputError(f"unknown term feature(s) {', '.join(unknown)}; known: {', '.join(FEATURES)}")

@@ -115,8 +115,8 @@ def _add_term_weighting(tr) -> None:
                           "model card) to --out.")
         t.add_argument("--train", action="append", metavar="COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]",
                        help="training judgments over a collection (repeatable; TRAINING splits only); WEIGHT (default "
-                       "1) multiplies its share of the steps (see --draws), MIN_REL the grade counted relevant (default "
-                       "--min-rel)")
+                       "1) multiplies its share of the steps (see --draws), MIN_REL the grade counted relevant "
+                       "(default --min-rel)")
         t.add_argument("--self-supervised", action="append", metavar="COLLECTION[:WEIGHT]",
                        help="pseudo-queries made from this collection: titles ask for their passages, held-out "
                        "sentences for the rest of theirs; BM25-mined negatives (repeatable)")

@@ -57,7 +57,7 @@ def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_pa
         assert t.validation_weights() == ([3, 1, 1] if draws == "sources" else
                                           [3 * len(sources[0].val), len(sources[1].val), 0])
         assert Training(config, sources[2:], backbone.dim, lambda m: None).validation_weights() == \
-            [sources[2].share(draws, "val")]
+            ([1] if draws == "sources" else [len(sources[2].val)])
 
 
 def test_pseudo_queries_are_deterministic_and_leave_their_words_out():
