@@ -216,6 +216,7 @@ class TrainConfig:
     init_from: str | None = None  # boost from this feature (standardized per query) instead of from zero
     monotone: bool = False  # constrain every feature of known direction (DIRECTION) to act in that direction
     inner_folds: int = 4
+    inner_by: str = "queries"  # cv: inner folds of every set's queries, or one whole training set held out at a time
     binary_min_rel: int = 1
     command: list[str] = field(default_factory=list)
 
@@ -237,28 +238,48 @@ def _score(booster, ex: Examples, keep: set[str], init_col: int | None = None, *
 
 
 ROUNDS_RULES = ("1se", "1se-paired", "best")
+INNER_BY = ("queries", "sets")
+
+
+def inner_splits(data: list[Examples], main_keep: set[str], config: TrainConfig):
+    """The inner folds of :func:`rounds_by_cv`, as (training parts, validation parts) pairs.
+
+    ``config.inner_by`` ``"queries"``: ``config.inner_folds`` folds of every set's queries (the first set's:
+    ``main_keep``); fold k trains on the other folds of every set and validates on fold k of each set.
+    ``"sets"``: leave one set out, one fold per training set; fold k trains on every other set and validates on set k
+    alone, so the rounds chosen are those that carry over to a collection the trees never saw (what a shipped model
+    meets), not to more queries of the collections they fit."""
+    pools = [set(main_keep)] + [set(ex.qids) for ex in data[1:]]
+    if config.inner_by == "sets":
+        if len(data) < 3:
+            raise InputError(f"--inner-by sets holds out one training set at a time and needs at least 3 sets "
+                             f"(--also), got {len(data)}")
+        return [([ex.select(pools[j]) for j, ex in enumerate(data) if j != k], [data[k].select(pools[k])])
+                for k in range(len(data))]
+    if config.inner_by != "queries":
+        raise InputError(f"unknown --inner-by {config.inner_by!r}; known: {', '.join(INNER_BY)}")
+    folds = [folds_of(sorted(pool), config.inner_folds, config.seed + 1 + j) for j, pool in enumerate(pools)]
+    return [([ex.select(pools[j] - folds[j][k]) for j, ex in enumerate(data)],
+             [ex.select(folds[j][k]) for j, ex in enumerate(data)]) for k in range(config.inner_folds)]
 
 
 def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig, features) -> tuple[int, float, dict]:
-    """The number of boosting rounds, by inner cross-validation: every set's training queries (the first set's:
-    ``main_keep``) are split into ``config.inner_folds`` folds; the model of inner fold k trains on the other folds of
-    every set and is scored on fold k of each set, the sets counting equally (a collection of 35 queries weighs as
-    much as one of 1,000: the model is meant to carry over to each). Boosting from an init feature, 0 rounds (the
-    feature alone) is a candidate too. ``config.rounds_rule`` ``"best"``: the rounds of the best mean nDCG@10;
-    ``"1se"``: the fewest rounds whose mean is within one standard error (over the inner folds) of the best (the
-    one-standard-error rule, Hastie, Tibshirani and Friedman, *The Elements of Statistical Learning*, 7.10), so trees
-    must beat the feature alone by more than the folds disagree; ``"1se-paired"``: the fewest rounds whose shortfall
-    from the best, fold by fold, is within one standard error of that paired difference (the folds' common level of
-    difficulty cancels, so a gain the folds agree on counts even where it is smaller than their spread). Returns
-    (rounds, their mean, the details)."""
+    """The number of boosting rounds, by inner cross-validation (:func:`inner_splits`): with ``inner_by="queries"``
+    every set's training queries (the first set's: ``main_keep``) are split into ``config.inner_folds`` folds, the
+    model of inner fold k trains on the other folds of every set and is scored on fold k of each set, the sets
+    counting equally (a collection of 35 queries weighs as much as one of 1,000: the model is meant to carry over to
+    each); with ``inner_by="sets"`` each inner fold is one whole training set, scored by a model of the others.
+    Boosting from an init feature, 0 rounds (the feature alone) is a candidate too. ``config.rounds_rule``
+    ``"best"``: the rounds of the best mean nDCG@10; ``"1se"``: the fewest rounds whose mean is within one standard
+    error (over the inner folds) of the best (the one-standard-error rule, Hastie, Tibshirani and Friedman, *The
+    Elements of Statistical Learning*, 7.10), so trees must beat the feature alone by more than the folds disagree;
+    ``"1se-paired"``: the fewest rounds whose shortfall from the best, fold by fold, is within one standard error of
+    that paired difference (the folds' common level of difficulty cancels, so a gain the folds agree on counts even
+    where it is smaller than their spread). Returns (rounds, their mean, the details)."""
     init_col = _init_col(config, features)
-    pools = [sorted(main_keep)] + [sorted(set(ex.qids)) for ex in data[1:]]
-    folds = [folds_of(pool, config.inner_folds, config.seed + 1 + j) for j, pool in enumerate(pools)]
     rows = []  # per inner fold: [round 0 (with an init feature), round 1, ...], the mean over the sets scored
-    for k in range(config.inner_folds):
-        train_parts = [ex.select(set(pool) - folds[j][k]) for j, (ex, pool) in enumerate(zip(data, pools))]
-        valid_parts = [ex.select(folds[j][k]) for j, ex in enumerate(data)]
-        if not any(p[2] for p in valid_parts):
+    for train_parts, valid_parts in inner_splits(data, main_keep, config):
+        if not any(p[2] for p in valid_parts) or not any(p[2] for p in train_parts):
             continue
         _, info = fit(train_parts, valid_parts, features, params=_params(config, features), rounds=config.rounds,
                       early_stopping=None, seed=config.seed, init_col=init_col, separate_valid=True)
@@ -279,7 +300,8 @@ def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig,
         paired_se = shortfall.std(axis=0, ddof=1) / np.sqrt(len(table))
         chosen = int(np.flatnonzero(shortfall.mean(axis=0) <= paired_se)[0])
         se = float(paired_se[chosen])
-    detail = {"rule": config.rounds_rule, "best_rounds": best + first, "best_inner_ndcg@10": round(float(mean[best]), 4),
+    detail = {"rule": config.rounds_rule, "inner_by": config.inner_by, "folds_scored": len(table),
+              "best_rounds": best + first, "best_inner_ndcg@10": round(float(mean[best]), 4),
               "standard_error": round(se, 4), "sets_scored": len(data)}
     if init_col is not None:
         detail["init_inner_ndcg@10"] = round(float(mean[0]), 4)
@@ -306,7 +328,8 @@ def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, feat
         booster, info = fit(parts, [], features, params=_params(config, features), rounds=max(rounds, 1),
                             seed=config.seed, init_col=_init_col(config, features))
         info.update({"best_iteration": rounds, "rounds": rounds, "inner_cv_ndcg@10": round(inner, 4),
-                     "inner_folds": config.inner_folds, "inner_cv": detail})
+                     "inner_folds": len(data) if config.inner_by == "sets" else config.inner_folds,
+                     "inner_by": config.inner_by, "inner_cv": detail})
         return booster, info
     train_parts, valid_parts = [], []
     for j, ex in enumerate(data):
@@ -343,7 +366,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
                         "queries": len(ex.queries), "candidates": len(ex.qids)} for ds, ex in zip(config.sets, data)],
         parameters={**DEFAULT_PARAMS, **_params(config, FEATURES), "rounds": config.rounds,
                     "rounds_by": config.rounds_by, "rounds_rule": config.rounds_rule,
-                    "inner_folds": config.inner_folds, "init_from": config.init_from,
+                    "inner_folds": config.inner_folds, "inner_by": config.inner_by, "init_from": config.init_from,
                     "monotone": config.monotone,
                     "early_stopping": config.early_stopping, "val_fraction": config.val_fraction,
                     "seed": config.seed})
@@ -389,5 +412,6 @@ def rounds_note(info: dict) -> str:
         why = ""
         if d.get("rule") == "1se" and d["best_rounds"] != info["best_iteration"]:
             why = f"; best {d['best_rounds']} rounds {d['best_inner_ndcg@10']:.4f}, one standard error {d['standard_error']:.4f}"
-        return f"{what} (inner {info['inner_folds']}-fold CV nDCG@10 {info['inner_cv_ndcg@10']:.4f}{why})"
+        folds = "leave-one-set-out" if info.get("inner_by") == "sets" else f"{info['inner_folds']}-fold"
+        return f"{what} (inner {folds} CV nDCG@10 {info['inner_cv_ndcg@10']:.4f}{why})"
     return f"best iteration {info['best_iteration']}, validation nDCG@10 {info['valid_ndcg@10'] or float('nan'):.4f}"

@@ -40,8 +40,8 @@ def cmd_ltr(args) -> int:
     params.update(key_values(args.param or [], "--param"))
     config = TrainConfig(sets=sets, out=args.out, folds=args.folds, cv_run=args.cv_run, val_fraction=args.val_fraction,
                          seed=args.seed, rounds=args.rounds or (300 if args.rounds_by == "cv" else 1000),
-                         rounds_by=args.rounds_by, rounds_rule=args.rounds_rule, inner_folds=args.inner_folds, init_from=args.init_from,
-                         monotone=args.monotone,
+                         rounds_by=args.rounds_by, rounds_rule=args.rounds_rule, inner_folds=args.inner_folds,
+                         inner_by=args.inner_by, init_from=args.init_from, monotone=args.monotone,
                          early_stopping=args.early_stopping, params=params,
                          binary_min_rel=args.binary_min_rel, command=["weir"] + args.argv)
     card = train(config, log=lambda m: print(m, file=sys.stderr))
@@ -182,6 +182,11 @@ def _add_ltr(tr) -> None:
                    "a held-out share of the training queries (holdout)")
     t.add_argument("--inner-folds", type=int, default=4, help="cv: inner folds of every training set (default 4; "
                    "each set counts equally in the inner score)")
+    t.add_argument("--inner-by", choices=("queries", "sets"), default="queries",
+                   help="cv: what an inner fold holds out: a share of every set's queries (queries, default; "
+                   "--inner-folds of them), or one whole training set, scored by a model of the others (sets: "
+                   "leave one collection out, so the rounds chosen are those that carry over to a collection the "
+                   "trees never saw; needs 3 sets or more)")
     t.add_argument("--rounds-rule", choices=("1se-paired", "1se", "best"), default="1se-paired",
                    help="cv: the fewest rounds whose fold-by-fold shortfall from the best inner score is within one "
                    "standard error of that paired difference (1se-paired, default: trees, and with --init-from any "

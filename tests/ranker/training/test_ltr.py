@@ -87,6 +87,41 @@ def test_rounds_chosen_by_inner_cross_validation(rule):
     assert booster.current_iteration() == rounds and info["best_iteration"] == rounds
 
 
+def test_rounds_chosen_by_leaving_one_training_set_out():
+    """--inner-by sets: each inner fold is one whole training set, scored by a model of the other sets (every query of
+    theirs, the first set's ``keep`` only); the rounds are those whose mean over the held-out sets is best. Fewer
+    than 3 sets are refused with the reason."""
+    import lightgbm as lgb
+
+    from ranker.training.ltr import DEFAULT_PARAMS, TrainConfig, _fit_on, rounds_by_cv
+
+    sets = [_examples(3, 24), _examples(4, 9, prefix="small"), _examples(5, 15, prefix="mid")]
+    keep = set(sets[0].qids) - {"q0", "q1"}
+    config = TrainConfig(sets=[], out="", rounds=30, seed=5, rounds_rule="best", inner_by="sets")
+    rounds, value, detail = rounds_by_cv(sets, keep, config, FEATURES)
+    params = {**DEFAULT_PARAMS, "seed": 5, "label_gain": [float(2 ** i - 1) for i in range(32)]}
+    pools = [keep, set(sets[1].qids), set(sets[2].qids)]
+    rows = []
+    for k in range(3):
+        parts = [ex.select(pools[j]) for j, ex in enumerate(sets) if j != k]
+        held = sets[k].select(pools[k])
+        dtrain = lgb.Dataset(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                             group=[g for p in parts for g in p[2]], feature_name=list(FEATURES))
+        record: dict = {}
+        lgb.train(params, dtrain, 30, valid_sets=[lgb.Dataset(held[0], held[1], group=held[2], reference=dtrain)],
+                  valid_names=["v"], callbacks=[lgb.record_evaluation(record)])
+        rows.append(record["v"]["ndcg@10"])
+    mean = np.mean(rows, axis=0)
+    assert rounds == int(np.argmax(mean)) + 1 and value == pytest.approx(mean.max())
+    assert detail["inner_by"] == "sets" and detail["folds_scored"] == 3
+    booster, info = _fit_on(sets, keep, config, FEATURES)
+    assert booster.current_iteration() == rounds and info["inner_by"] == "sets" and info["inner_folds"] == 3
+    with pytest.raises(Exception, match="at least 3 sets"):
+        rounds_by_cv(sets[:2], keep, config, FEATURES)
+    with pytest.raises(Exception, match="unknown --inner-by"):
+        rounds_by_cv(sets, keep, TrainConfig(sets=[], out="", inner_by="collections"), FEATURES)
+
+
 def test_one_standard_error_rule_keeps_a_strong_init_feature_alone():
     """Boosting from a feature that already ranks by the labels' source, trees gain less than the folds' noise: the
     one-standard-error rule keeps 0 rounds (the feature alone), where ``best`` takes trees."""
