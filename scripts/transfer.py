@@ -25,7 +25,9 @@ Commands (each step a `weir` process; everything under --work, reused when there
 - ``ltr-loco``: for each collection X, an LTR model trained on the other collections' hybrid top-100 (their
   training judgments, as above; indexes with bm25 and dense under --indexes), and `weir experiment` of ``hybrid``
   against ``hybrid>>ltr`` on X; ``--ltr-args`` are the `weir train ltr` options of the variant (``--tag`` names it);
-- ``ltr-final``: that LTR trained on every collection (the shipped default, ``--out-dir``/ltr), and SciFact test.
+- ``ltr-final``: that LTR trained on every collection (the shipped default, ``--out-dir``/ltr), and SciFact test;
+- ``ltr-sweep``: the ``ltr-loco`` protocol in one process for several recipes (``--variant``), every collection's
+  features computed once (pickled under --work): to compare recipes before confirming one with ``ltr-loco``.
 
 A variant may retrain one kind only: ``--kinds deepimpact --reuse bm25`` trains the DeepImpact heads (with
 ``--train-args``, options of `weir train`) and takes the DeepCT heads of the variant ``bm25``.
@@ -142,6 +144,83 @@ def ltr_final(args) -> None:
     ltr_evaluate("beir-scifact", model, args.work / f"ltr-final-{args.tag}" / "beir-scifact", args)
 
 
+RECIPE = {"init_from": "first_score_norm", "monotone": True,  # the shipped LTR recipe; a variant overrides it
+          "params": {"num_leaves": 7, "min_data_in_leaf": 50, "lambda_l2": 10}}
+
+
+def _examples(name: str, split: str, args):
+    """The LTR examples of one collection's ``train`` (at most LTR_QUERIES) or ``test`` queries, hybrid top-100, as
+    `weir train ltr` computes them; pickled under --work, reused when there."""
+    import pickle
+
+    from ranker.training.common import DataSet
+    from ranker.training.ltr import load_examples
+
+    path = args.work / "ltr-features" / f"{name}.{split}.pkl"
+    if path.is_file():
+        return pickle.loads(path.read_bytes())
+    topics, qrels, _, _ = SOURCES[name] if split == "train" else ("queries.tsv", "qrels.txt", 0, 0)
+    c = COLLECTIONS / name
+    ds = DataSet(str(args.indexes / name), str(c / topics), str(c / qrels), first_stage="hybrid", depth=100,
+                 max_queries=LTR_QUERIES if split == "train" else None)
+    ex = load_examples(ds, log=lambda m: print(m, flush=True))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(ex))
+    return ex
+
+
+def ltr_sweep(args) -> None:
+    """In one process, features computed once per collection: for each variant (``--variant TAG=JSON``, TrainConfig
+    fields over :data:`RECIPE`) and each collection X, the model of the other collections' training queries reranks
+    X's hybrid top-100 of its evaluation topics; nDCG@10 of hybrid and of hybrid>>ltr, paired t-test; then SciFact
+    test by the model of every collection (as ``ltr-final``). The same models and scores as `ltr-loco` (`weir train
+    ltr` + `weir experiment`), to compare recipes cheaply before confirming one that way. Rows go to
+    --work/ltr-sweep.jsonl."""
+    sys.path.insert(0, str(ROOT))
+    from ranker.evaluation.measures import evaluate
+    from ranker.evaluation.significance import paired, paired_test
+    from ranker.rerankers.ltr_features import FEATURES
+    from ranker.stage import apply_scores
+    from ranker.training.ltr import TrainConfig, _fit_on, _init_col, _score, rounds_note
+    from weir.trec import read_qrels
+
+    train = {n: _examples(n, "train", args) for n in args.collections}
+    test = {n: _examples(n, "test", args) for n in args.collections}
+    out = args.work / "ltr-sweep.jsonl"
+    for variant in args.variant:
+        tag, _, spec = variant.partition("=")
+        fields = {**RECIPE, **json.loads(spec or "{}")}
+        fields["params"] = {**RECIPE["params"], **fields.get("params", {})}
+        # each collection left out; then SciFact test by the model of every collection (the shipped default's recipe)
+        for held, trained_on in [(n, [m for m in args.collections if m != n]) for n in args.collections] + (
+                [("beir-scifact", list(args.collections))] if "beir-scifact" in args.collections else []):
+            config = TrainConfig(sets=[], out="", rounds=300, **fields)
+            data = [train[n] for n in trained_on]
+            booster, info = _fit_on(data, set(data[0].qids), config, FEATURES)
+            ex = test[held]
+            keep = set(ex.qids)
+            scores = _score(booster, ex, keep, _init_col(config, FEATURES), rounds=info.get("rounds"))
+            queries = [q for q in ex.queries if q.id in keep]
+            ltr = apply_scores(queries, ex.run, 100, scores, "ltr")
+            hybrid = ex.run
+            if "--remove-identical" in SOURCES[held][3]:
+                ltr, hybrid = ltr.without_identical_ids(), hybrid.without_identical_ids()
+            min_rel = 2 if "--binary-min-rel" in SOURCES[held][3] else 1
+            qrels = read_qrels(COLLECTIONS / held / "qrels.txt")
+            (h_mean, h_q), (l_mean, l_q) = (evaluate(r, qrels, ["nDCG@10"], binary_min_rel=min_rel, per_query=True)
+                                            for r in (hybrid, ltr))
+            _, a, b = paired(l_q["nDCG@10"], h_q["nDCG@10"])
+            p = paired_test(a, b)[1]
+            seen = held in trained_on
+            row = {"variant": tag, "held_out": held, "trained_on": trained_on, "in_training": seen, "hybrid": round(h_mean["nDCG@10"], 4),
+                   "ltr": round(l_mean["nDCG@10"], 4), "p": round(p, 3), "rounds": info.get("rounds"),
+                   "how": rounds_note(info), "fields": fields}
+            print(f"{tag:>12} {held + (' (trained on)' if seen else ''):>42}: hybrid {row['hybrid']:.4f} ltr {row['ltr']:.4f} "
+                  f"({row['ltr'] - row['hybrid']:+.4f}, p {p:.3f}); {row['how']}", flush=True)
+            with open(out, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+
+
 def cache(args) -> None:
     sys.path.insert(0, str(ROOT))
     from indexer.collections import Collection
@@ -236,10 +315,13 @@ def table(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=("cache", "loco", "self", "final", "table", "ltr-loco", "ltr-final"))
+    ap.add_argument("command", choices=("cache", "loco", "self", "final", "table", "ltr-loco", "ltr-final",
+                                        "ltr-sweep"))
     ap.add_argument("--indexes", type=Path, default=ROOT / "indexes", help="ltr: an index (bm25, dense) per "
                     "collection, named after it")
     ap.add_argument("--ltr-args", default="", help="ltr: options of `weir train ltr` for the variant")
+    ap.add_argument("--variant", action="append", default=[], help="ltr-sweep: TAG=JSON, TrainConfig fields over "
+                    "the shipped recipe, e.g. 'sets={\"inner_by\": \"sets\"}' (repeatable)")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "transfer")
     ap.add_argument("--collections", default=",".join(SOURCES))
     ap.add_argument("--shape", default="bm25", choices=("bm25", "free"))
@@ -256,7 +338,7 @@ def main() -> None:
     args.kinds = [k for k in args.kinds.split(",") if k]
     args.tag = args.tag or args.shape
     {"cache": cache, "loco": loco, "self": self_supervised, "final": final, "table": table, "ltr-loco": ltr_loco,
-     "ltr-final": ltr_final}[args.command](args)
+     "ltr-final": ltr_final, "ltr-sweep": ltr_sweep}[args.command](args)
 
 
 if __name__ == "__main__":
