@@ -180,8 +180,8 @@ def _add_ltr(tr) -> None:
     t.add_argument("--rounds-by", choices=("cv", "holdout"), default="cv",
                    help="choose the number of rounds by inner cross-validation (cv, default) or early stopping on "
                    "a held-out share of the training queries (holdout)")
-    t.add_argument("--inner-folds", type=int, default=4, help="cv: inner folds of every training set (default 4; "
-                   "each set counts equally in the inner score)")
+    t.add_argument("--inner-folds", type=int, default=4, help="cv with --inner-by queries: inner folds of every "
+                   "training set (default 4; each set counts equally in the inner score)")
     t.add_argument("--inner-by", choices=("queries", "sets"), default="queries",
                    help="cv: what an inner fold holds out: a share of every set's queries (queries, default; "
                    "--inner-folds of them), or one whole training set, scored by a model of the others (sets: "
