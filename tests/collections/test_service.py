@@ -1,7 +1,7 @@
 """The gRPC service over ADI on loopback, as callers use it: answers with text and timings, reranking with its own
 depth, and under concurrency exactly the answers of sequential calls (8 callers, 2,000 calls per workload, 400 for
-the attention reranker, whose calls took 13 times as long as BM25's in the suite; 0 errors), a pipeline built once
-however many callers ask for it first."""
+the attention reranker alone and with the LTR model stacked on it, whose calls took 13 times as long as BM25's in
+the suite; 0 errors), a pipeline built once however many callers ask for it first."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from weir.trec import read_topics
 pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 
 CALLERS, CALLS = 8, 2000
-RERANKED_CALLS = {"bm25>>attention": 400}  # 12 rounds of ADI's 35 queries, each reranking 10 passages
+RERANKED_CALLS = {"bm25>>attention": 400,  # 12 rounds of ADI's 35 queries, each reranking 10 passages
+                  "bm25>>attention>>ltr": 400}
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +86,23 @@ def learned_server(index_factory):
 def test_concurrent_callers_of_the_learned_sparse_stages_get_sequential_answers(learned_server, pipeline, k):
     """The in-process sparse engine (and the memoized term analysis of the learned stages) under 8 callers."""
     _concurrent_answers_are_sequential_answers(learned_server, pipeline, k, 0, False)
+
+
+@pytest.fixture(scope="module")
+def attention_ltr_server(index_factory):
+    from weir.runtime import MODELS
+
+    config = ServiceConfig.load(index=str(index_factory("adi", "bm25,dense")), port=0, verify_checksums=False,
+                                pipelines=["bm25", "bm25>>attention>>ltr"],
+                                options={"ltr_model": str(MODELS / "ltr-attention")})
+    with BackgroundServer(config) as s:
+        yield s
+
+
+def test_concurrent_callers_of_ltr_over_attention_get_sequential_answers(attention_ltr_server):
+    """``bm25>>attention>>ltr`` with the shipped ``models/ltr-attention``, which boosts from the attention stage's
+    score of each candidate: under 8 callers (micro-batched), every answer is the sequential one."""
+    _concurrent_answers_are_sequential_answers(attention_ltr_server, "bm25>>attention>>ltr", 10, 10, False)
 
 
 def _concurrent_answers_are_sequential_answers(server, pipeline, k, depth, include_text):
