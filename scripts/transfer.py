@@ -150,18 +150,22 @@ RECIPE = {"init_from": "first_score_norm", "monotone": True,  # the shipped LTR 
 
 def _examples(name: str, split: str, args):
     """The LTR examples of one collection's ``train`` (at most LTR_QUERIES) or ``test`` queries, hybrid top-100, as
-    `weir train ltr` computes them; pickled under --work, reused when there."""
+    `weir train ltr` computes them; pickled under --work for this very index (named by its manifest's checksum, so a
+    rebuilt index never meets the features of the one before), reused when there."""
+    import hashlib
     import pickle
 
     from ranker.training.common import DataSet
     from ranker.training.ltr import load_examples
 
-    path = args.work / "ltr-features" / f"{name}.{split}.pkl"
+    index = args.indexes / name
+    built = hashlib.sha256((index / "manifest.json").read_bytes()).hexdigest()[:12]
+    path = args.work / "ltr-features" / f"{name}.{split}.{built}.pkl"
     if path.is_file():
         return pickle.loads(path.read_bytes())
-    topics, qrels, _, _ = SOURCES[name] if split == "train" else ("queries.tsv", "qrels.txt", 0, 0)
+    topics, qrels = SOURCES[name][:2] if split == "train" else ("queries.tsv", "qrels.txt")
     c = COLLECTIONS / name
-    ds = DataSet(str(args.indexes / name), str(c / topics), str(c / qrels), first_stage="hybrid", depth=100,
+    ds = DataSet(str(index), str(c / topics), str(c / qrels), first_stage="hybrid", depth=100,
                  max_queries=LTR_QUERIES if split == "train" else None)
     ex = load_examples(ds, log=lambda m: print(m, flush=True))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,18 +209,16 @@ def ltr_sweep(args) -> None:
             hybrid = ex.run
             if "--remove-identical" in SOURCES[held][3]:
                 ltr, hybrid = ltr.without_identical_ids(), hybrid.without_identical_ids()
-            min_rel = 2 if "--binary-min-rel" in SOURCES[held][3] else 1
             qrels = read_qrels(COLLECTIONS / held / "qrels.txt")
-            (h_mean, h_q), (l_mean, l_q) = (evaluate(r, qrels, ["nDCG@10"], binary_min_rel=min_rel, per_query=True)
-                                            for r in (hybrid, ltr))
-            _, a, b = paired(l_q["nDCG@10"], h_q["nDCG@10"])
-            p = paired_test(a, b)[1]
+            (h_mean, h_q), (l_mean, l_q) = (evaluate(r, qrels, ["nDCG@10"], binary_min_rel=SOURCES[held][2],
+                                                     per_query=True) for r in (hybrid, ltr))
+            p = paired_test(*paired(l_q["nDCG@10"], h_q["nDCG@10"])[1:])[1]
             seen = held in trained_on
-            row = {"variant": tag, "held_out": held, "trained_on": trained_on, "in_training": seen, "hybrid": round(h_mean["nDCG@10"], 4),
-                   "ltr": round(l_mean["nDCG@10"], 4), "p": round(p, 3), "rounds": info.get("rounds"),
-                   "how": rounds_note(info), "fields": fields}
-            print(f"{tag:>12} {held + (' (trained on)' if seen else ''):>42}: hybrid {row['hybrid']:.4f} ltr {row['ltr']:.4f} "
-                  f"({row['ltr'] - row['hybrid']:+.4f}, p {p:.3f}); {row['how']}", flush=True)
+            row = {"variant": tag, "held_out": held, "trained_on": trained_on, "in_training": seen,
+                   "hybrid": round(h_mean["nDCG@10"], 4), "ltr": round(l_mean["nDCG@10"], 4), "p": round(p, 3),
+                   "rounds": info.get("rounds"), "how": rounds_note(info), "fields": fields}
+            print(f"{tag:>12} {held + (' (trained on)' if seen else ''):>42}: hybrid {row['hybrid']:.4f} "
+                  f"ltr {row['ltr']:.4f} ({row['ltr'] - row['hybrid']:+.4f}, p {p:.3f}); {row['how']}", flush=True)
             with open(out, "a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
 

@@ -38,27 +38,31 @@ def _examples(seed: int, n_q: int, per: int = 20, prefix: str = "q"):
     return Examples([Query(f"{prefix}{i}", "") for i in range(n_q)], Run(), X, y, qids)
 
 
-def _inner_table(sets, folds: int, seed: int, rounds: int) -> np.ndarray:
-    """The inner-fold x round table of mean nDCG@10 over the sets, computed here with LightGBM directly."""
+def _curve(train_parts, valid_parts, seed: int, rounds: int) -> np.ndarray:
+    """The mean over ``valid_parts`` of the validation nDCG@10 curve of a booster fitted on ``train_parts``, computed
+    here with LightGBM directly."""
     import lightgbm as lgb
 
-    from ranker.training.common import folds_of
     from ranker.training.ltr import DEFAULT_PARAMS
 
+    dtrain = lgb.Dataset(np.concatenate([p[0] for p in train_parts]), np.concatenate([p[1] for p in train_parts]),
+                         group=[g for p in train_parts for g in p[2]], feature_name=list(FEATURES))
+    params = {**DEFAULT_PARAMS, "seed": seed, "label_gain": [float(2 ** i - 1) for i in range(32)]}
+    record: dict = {}
+    lgb.train(params, dtrain, rounds, valid_sets=[lgb.Dataset(v[0], v[1], group=v[2], reference=dtrain)
+                                                  for v in valid_parts],
+              valid_names=[f"v{j}" for j in range(len(valid_parts))], callbacks=[lgb.record_evaluation(record)])
+    return np.mean([record[f"v{j}"]["ndcg@10"] for j in range(len(valid_parts))], axis=0)
+
+
+def _inner_table(sets, folds: int, seed: int, rounds: int) -> np.ndarray:
+    """The inner-fold x round table of mean nDCG@10 over the sets (inner folds of every set's queries)."""
+    from ranker.training.common import folds_of
+
     split = [folds_of(sorted(set(ex.qids)), folds, seed + 1 + j) for j, ex in enumerate(sets)]
-    rows = []
-    for k in range(folds):
-        parts = [(ex.select(set(ex.qids) - split[j][k]), ex.select(split[j][k])) for j, ex in enumerate(sets)]
-        X = np.concatenate([tr[0] for tr, _ in parts])
-        y = np.concatenate([tr[1] for tr, _ in parts])
-        dtrain = lgb.Dataset(X, y, group=[g for tr, _ in parts for g in tr[2]], feature_name=list(FEATURES))
-        params = {**DEFAULT_PARAMS, "seed": seed, "label_gain": [float(2 ** i - 1) for i in range(32)]}
-        record: dict = {}
-        lgb.train(params, dtrain, rounds, valid_sets=[lgb.Dataset(va[0], va[1], group=va[2], reference=dtrain)
-                                                      for _, va in parts],
-                  valid_names=[f"v{j}" for j in range(len(parts))], callbacks=[lgb.record_evaluation(record)])
-        rows.append(np.mean([record[f"v{j}"]["ndcg@10"] for j in range(len(parts))], axis=0))
-    return np.array(rows)
+    return np.array([_curve([ex.select(set(ex.qids) - split[j][k]) for j, ex in enumerate(sets)],
+                            [ex.select(split[j][k]) for j, ex in enumerate(sets)], seed, rounds)
+                     for k in range(folds)])
 
 
 @pytest.mark.parametrize("rule", ["best", "1se", "1se-paired"])
@@ -91,26 +95,15 @@ def test_rounds_chosen_by_leaving_one_training_set_out():
     """--inner-by sets: each inner fold is one whole training set, scored by a model of the other sets (every query of
     theirs, the first set's ``keep`` only); the rounds are those whose mean over the held-out sets is best. Fewer
     than 3 sets are refused with the reason."""
-    import lightgbm as lgb
-
-    from ranker.training.ltr import DEFAULT_PARAMS, TrainConfig, _fit_on, rounds_by_cv
+    from ranker.training.ltr import TrainConfig, _fit_on, rounds_by_cv
 
     sets = [_examples(3, 24), _examples(4, 9, prefix="small"), _examples(5, 15, prefix="mid")]
     keep = set(sets[0].qids) - {"q0", "q1"}
     config = TrainConfig(sets=[], out="", rounds=30, seed=5, rounds_rule="best", inner_by="sets")
     rounds, value, detail = rounds_by_cv(sets, keep, config, FEATURES)
-    params = {**DEFAULT_PARAMS, "seed": 5, "label_gain": [float(2 ** i - 1) for i in range(32)]}
     pools = [keep, set(sets[1].qids), set(sets[2].qids)]
-    rows = []
-    for k in range(3):
-        parts = [ex.select(pools[j]) for j, ex in enumerate(sets) if j != k]
-        held = sets[k].select(pools[k])
-        dtrain = lgb.Dataset(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                             group=[g for p in parts for g in p[2]], feature_name=list(FEATURES))
-        record: dict = {}
-        lgb.train(params, dtrain, 30, valid_sets=[lgb.Dataset(held[0], held[1], group=held[2], reference=dtrain)],
-                  valid_names=["v"], callbacks=[lgb.record_evaluation(record)])
-        rows.append(record["v"]["ndcg@10"])
+    rows = [_curve([ex.select(pools[j]) for j, ex in enumerate(sets) if j != k], [sets[k].select(pools[k])], 5, 30)
+            for k in range(3)]
     mean = np.mean(rows, axis=0)
     assert rounds == int(np.argmax(mean)) + 1 and value == pytest.approx(mean.max())
     assert detail["inner_by"] == "sets" and detail["folds_scored"] == 3
