@@ -2,7 +2,10 @@
 scored by a lambdarank model trained with `weir train ltr` (:mod:`ranker.training.ltr`).
 
 A model directory holds ``model.txt`` (LightGBM's text format), ``features.json`` (the feature names, in the model's
-column order) and ``card.json`` (the model card: training data, command, parameters, metrics, importance).
+column order) and ``card.json`` (the model card: training data, command, parameters, metrics, importance). A model of
+several members (`weir train ltr --members N`: boosters that differ only in their random seed, whose scores are
+averaged) keeps its further members in ``model.1.txt``, ``model.2.txt``, ...: LightGBM has no format for an average
+of boosters, and the average is what takes the seed's luck out of row and feature sampling.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ from weir.runtime import shipped_model
 from weir.types import InputError, Query, Run
 
 MODEL_FILE, FEATURES_FILE, CARD_FILE = "model.txt", "features.json", "card.json"
+
+
+def member_file(m: int) -> str:
+    """The file of member ``m`` of a model: ``model.txt`` for the first, ``model.<m>.txt`` for the others."""
+    return MODEL_FILE if m == 0 else f"model.{m}.txt"
 
 
 def base_scores(X: np.ndarray, groups: Sequence[int], col: int | None) -> np.ndarray | None:
@@ -51,12 +59,24 @@ def query_groups(qids: Sequence[str]) -> list[int]:
     return sizes
 
 
+def predict_members(boosters: Sequence, X: np.ndarray, num_iteration: int | None = None) -> np.ndarray:
+    """The mean score of the boosters (each up to ``num_iteration``, else its best iteration) of rows ``X``."""
+    threads = 1 if len(X) < 2000 else 0
+    scores = [b.predict(X, num_iteration=num_iteration or b.best_iteration or None, num_threads=threads)
+              for b in boosters]
+    return scores[0] if len(scores) == 1 else np.mean(scores, axis=0)
+
+
 class LTRModel:
-    """A trained LightGBM ranker and the names of the features it reads, in column order."""
+    """A trained LightGBM ranker (one booster, or several whose scores are averaged) and the names of the features it
+    reads, in column order."""
 
     def __init__(self, booster, features: Sequence[str], card: dict | None = None, *, init_from: str | None = None,
                  rounds: int | None = None):
-        self.booster, self.features, self.card = booster, list(features), card or {}
+        self.boosters = list(booster) if isinstance(booster, (list, tuple)) else [booster]
+        if not self.boosters:
+            raise ValueError("an LTR model needs at least one booster")
+        self.features, self.card = list(features), card or {}
         self.init_from = init_from  # boosting started from this feature, standardized per query
         # 0: cross-validation found no trees better than the init feature alone, which is then the model
         self.rounds = rounds
@@ -69,25 +89,35 @@ class LTRModel:
         for name in (MODEL_FILE, FEATURES_FILE):
             if not (path / name).is_file():
                 raise InputError(f"{path}: not an LTR model directory (no {name}); train one with `weir train ltr`")
-        booster = lgb.Booster(model_file=str(path / MODEL_FILE))
         meta = json.loads((path / FEATURES_FILE).read_text())
+        members = int(meta.get("members", 1))
+        missing = [member_file(m) for m in range(members) if not (path / member_file(m)).is_file()]
+        if missing:
+            raise InputError(f"{path}: features.json names {members} members, missing {', '.join(missing)}")
+        boosters = [lgb.Booster(model_file=str(path / member_file(m))) for m in range(members)]
         features = meta["features"]
         card = json.loads((path / CARD_FILE).read_text()) if (path / CARD_FILE).is_file() else {}
-        if booster.num_feature() != len(features):
-            raise InputError(f"{path}: the model reads {booster.num_feature()} features, features.json names "
-                             f"{len(features)}")
+        for booster in boosters:
+            if booster.num_feature() != len(features):
+                raise InputError(f"{path}: the model reads {booster.num_feature()} features, features.json names "
+                                 f"{len(features)}")
         if meta.get("init_from") and meta["init_from"] not in features:
             raise InputError(f"{path}: init_from {meta['init_from']!r} is not one of its features")
         if meta.get("rounds") == 0 and not meta.get("init_from"):
             raise InputError(f"{path}: a model of 0 rounds needs the init_from feature it stands for")
-        return cls(booster, features, card, init_from=meta.get("init_from"), rounds=meta.get("rounds"))
+        return cls(boosters, features, card, init_from=meta.get("init_from"), rounds=meta.get("rounds"))
 
     def save(self, path: str | os.PathLike) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.booster.save_model(str(path / MODEL_FILE), num_iteration=self.booster.best_iteration or None)
+        for m, booster in enumerate(self.boosters):
+            booster.save_model(str(path / member_file(m)), num_iteration=booster.best_iteration or None)
+        for stale in path.glob("model.*.txt"):  # members of a model saved here before, beyond this one's
+            if stale.name not in {member_file(m) for m in range(len(self.boosters))}:
+                stale.unlink()
         meta = {"features": self.features, **({"init_from": self.init_from} if self.init_from else {}),
-                **({"rounds": self.rounds} if self.rounds is not None else {})}
+                **({"rounds": self.rounds} if self.rounds is not None else {}),
+                **({"members": len(self.boosters)} if len(self.boosters) > 1 else {})}
         (path / FEATURES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
         write_card(path, self.card, CARD_FILE)
 
@@ -107,7 +137,7 @@ class LTRModel:
         if self.rounds == 0:  # the init feature alone
             scores = np.zeros(len(X))
         else:
-            scores = self.booster.predict(X, num_threads=1 if len(X) < 2000 else 0)
+            scores = predict_members(self.boosters, X)
         if self.init_from:
             if qids is None:
                 raise ValueError("this model boosts from a feature: predict needs the rows' query ids")

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ranker.options import PipelineOptions
-from ranker.rerankers.ltr import LTRModel, base_scores, query_groups
+from ranker.rerankers.ltr import LTRModel, base_scores, predict_members, query_groups
 from ranker.rerankers.ltr_features import DIRECTION, FEATURES, STAGE_SCORES, FeatureExtractor
 from ranker.stage import apply_scores
 from ranker.training.common import DataSet, cross_validate, folds_of, split
@@ -218,16 +218,25 @@ class TrainConfig:
     inner_folds: int = 4
     inner_by: str = "queries"  # cv: inner folds of every set's queries, or one whole training set held out at a time
     binary_min_rel: int = 1
+    members: int = 1  # boosters that differ only in their seed (member_seeds), their scores averaged
     command: list[str] = field(default_factory=list)
 
 
-def _score(booster, ex: Examples, keep: set[str], init_col: int | None = None, *,
+def member_seeds(config: TrainConfig) -> list[int]:
+    """The LightGBM seeds of the members (row and feature sampling): ``seed``, ``seed + 1000``, ... The inner folds
+    stay those of ``seed``, shared by every member."""
+    if config.members < 1:
+        raise InputError(f"--members must be at least 1, got {config.members}")
+    return [config.seed + 1000 * m for m in range(config.members)]
+
+
+def _score(boosters, ex: Examples, keep: set[str], init_col: int | None = None, *,
            rounds: int | None = None) -> dict[str, list[float]]:
     rows = [i for i, q in enumerate(ex.qids) if q in keep]
     if rounds == 0:  # the init feature alone
         preds = np.zeros(len(rows))
     else:
-        preds = booster.predict(ex.X[rows], num_iteration=booster.best_iteration or None) if rows else []
+        preds = predict_members(boosters, ex.X[rows]) if rows else []
     base = base_scores(ex.X[rows], query_groups([ex.qids[i] for i in rows]), init_col) if rows else None
     if base is not None:
         preds = preds + base
@@ -269,7 +278,8 @@ def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig,
     model of inner fold k trains on the other folds of every set and is scored on fold k of each set, the sets
     counting equally (a collection of 35 queries weighs as much as one of 1,000: the model is meant to carry over to
     each); with ``inner_by="sets"`` each inner fold is one whole training set, scored by a model of the others.
-    Boosting from an init feature, 0 rounds (the feature alone) is a candidate too. ``config.rounds_rule``
+    Boosting from an init feature, 0 rounds (the feature alone) is a candidate too. With several members
+    (``config.members``), a fold's curve is the mean of its members' curves. ``config.rounds_rule``
     ``"best"``: the rounds of the best mean nDCG@10; ``"1se"``: the fewest rounds whose mean is within one standard
     error (over the inner folds) of the best (the one-standard-error rule, Hastie, Tibshirani and Friedman, *The
     Elements of Statistical Learning*, 7.10), so trees must beat the feature alone by more than the folds disagree;
@@ -281,9 +291,12 @@ def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig,
     for train_parts, valid_parts in inner_splits(data, main_keep, config):
         if not any(p[2] for p in valid_parts) or not any(p[2] for p in train_parts):
             continue
-        _, info = fit(train_parts, valid_parts, features, params=_params(config, features), rounds=config.rounds,
-                      early_stopping=None, seed=config.seed, init_col=init_col, separate_valid=True)
-        curve = np.mean(info["valid_curves"], axis=0)
+        curves = []
+        for seed in member_seeds(config):
+            _, info = fit(train_parts, valid_parts, features, params=_params(config, features), rounds=config.rounds,
+                          early_stopping=None, seed=seed, init_col=init_col, separate_valid=True)
+            curves.append(np.mean(info["valid_curves"], axis=0))
+        curve = np.mean(curves, axis=0)
         rows.append(np.concatenate([[np.mean(info["valid_inits"])], curve]) if init_col is not None else curve)
     if not rows:
         raise InputError("no inner fold has a query with a relevant candidate")
@@ -317,28 +330,37 @@ def _params(config: TrainConfig, features: Sequence[str]) -> dict:
     return params
 
 
-def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, features):
-    """Fit on ``main_keep`` queries of the first set plus all of the others. The number of rounds comes from inner
-    cross-validation (``rounds_by="cv"``) or from early stopping on a held-out share of each set (``"holdout"``)."""
+def _fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, features) -> tuple[list, dict]:
+    """Fit on ``main_keep`` queries of the first set plus all of the others: the boosters (one per member) and a
+    record. The number of rounds comes from inner cross-validation (``rounds_by="cv"``), the same for every member,
+    or from early stopping on a held-out share of each set (``"holdout"``), each member its own."""
+    seeds = member_seeds(config)
     if config.rounds_by == "cv":
         if config.rounds_rule not in ROUNDS_RULES:
             raise InputError(f"unknown rounds rule {config.rounds_rule!r}; known: {', '.join(ROUNDS_RULES)}")
         rounds, inner, detail = rounds_by_cv(data, main_keep, config, features)
         parts = [data[0].select(main_keep)] + [ex.select(set(ex.qids)) for ex in data[1:]]
-        booster, info = fit(parts, [], features, params=_params(config, features), rounds=max(rounds, 1),
-                            seed=config.seed, init_col=_init_col(config, features))
+        fits = [fit(parts, [], features, params=_params(config, features), rounds=max(rounds, 1), seed=seed,
+                    init_col=_init_col(config, features)) for seed in (seeds if rounds else seeds[:1])]
+        info = fits[0][1]
         info.update({"best_iteration": rounds, "rounds": rounds, "inner_cv_ndcg@10": round(inner, 4),
                      "inner_folds": len(data) if config.inner_by == "sets" else config.inner_folds,
-                     "inner_by": config.inner_by, "inner_cv": detail})
-        return booster, info
+                     "inner_by": config.inner_by, "inner_cv": detail, "members": len(fits)})
+        return [b for b, _ in fits], info
     train_parts, valid_parts = [], []
     for j, ex in enumerate(data):
         pool = main_keep if j == 0 else set(ex.qids)
         tr, va = split(sorted(pool), config.val_fraction, config.seed + j)
         train_parts.append(ex.select(tr))
         valid_parts.append(ex.select(va))
-    return fit(train_parts, valid_parts, features, params=_params(config, features), rounds=config.rounds,
-               early_stopping=config.early_stopping, seed=config.seed, init_col=_init_col(config, features))
+    fits = [fit(train_parts, valid_parts, features, params=_params(config, features), rounds=config.rounds,
+                early_stopping=config.early_stopping, seed=seed, init_col=_init_col(config, features))
+            for seed in seeds]
+    info = fits[0][1]
+    if len(fits) > 1:
+        info.update({"members": len(fits), "member_best_iterations": [i["best_iteration"] for _, i in fits],
+                     "valid_ndcg@10": None})
+    return [b for b, _ in fits], info
 
 
 def _init_col(config: TrainConfig, features: Sequence[str]) -> int | None:
@@ -369,16 +391,16 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
                     "inner_folds": config.inner_folds, "inner_by": config.inner_by, "init_from": config.init_from,
                     "monotone": config.monotone,
                     "early_stopping": config.early_stopping, "val_fraction": config.val_fraction,
-                    "seed": config.seed})
+                    "seed": config.seed, "members": config.members, "member_seeds": member_seeds(config)})
     if config.folds:
         init_col = _init_col(config, FEATURES)
 
         def fit_and_score(train_q: set[str], test: set[str]) -> tuple[Run, dict]:
-            booster, info = _fit_on(data, train_q, config, FEATURES)
+            boosters, info = _fit_on(data, train_q, config, FEATURES)
             log(f"  {info['train_queries']} training queries, {rounds_note(info)}")
             queries = [q for q in main.queries if q.id in test]
             candidates = Run({q.id: main.run.get(q.id, [])[:main_ds.depth] for q in queries})
-            scores = _score(booster, main, test, init_col, rounds=info.get("rounds"))
+            scores = _score(boosters, main, test, init_col, rounds=info.get("rounds"))
             return apply_scores(queries, candidates, main_ds.depth, scores, "ltr"), info
 
         cv_start = time.perf_counter()
@@ -388,9 +410,9 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
             binary_min_rel=config.binary_min_rel, cv_run=config.cv_run, log=log)
         card["metrics"]["cross_validation"]["seconds"] = round(time.perf_counter() - cv_start, 2)
     t0 = time.perf_counter()
-    booster, info = _fit_on(data, all_main, config, FEATURES)
+    boosters, info = _fit_on(data, all_main, config, FEATURES)
     train_seconds = time.perf_counter() - t0
-    gain = booster.feature_importance("gain")
+    gain = np.sum([b.feature_importance("gain") for b in boosters], axis=0)
     importance = sorted(zip(FEATURES, (float(g) for g in gain)), key=lambda x: -x[1])
     total = sum(g for _, g in importance) or 1.0
     card["metrics"]["final"] = info
@@ -399,7 +421,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
                       "feature_ms_per_query": round(1000 * sum(ex.feature_seconds for ex in data)
                                                     / max(1, sum(len(ex.queries) for ex in data)), 2)}
     # keeps the trees up to the best iteration; 0 rounds: the init feature alone
-    LTRModel(booster, FEATURES, card, init_from=config.init_from, rounds=info.get("rounds")).save(config.out)
+    LTRModel(boosters, FEATURES, card, init_from=config.init_from, rounds=info.get("rounds")).save(config.out)
     log("feature importance (gain share): " + ", ".join(f"{n} {g:.3f}" for n, g in card["importance_gain"].items()))
     return card
 
@@ -413,5 +435,8 @@ def rounds_note(info: dict) -> str:
         if d.get("rule") == "1se" and d["best_rounds"] != info["best_iteration"]:
             why = f"; best {d['best_rounds']} rounds {d['best_inner_ndcg@10']:.4f}, one standard error {d['standard_error']:.4f}"
         folds = "leave-one-set-out" if info.get("inner_by") == "sets" else f"{info['inner_folds']}-fold"
-        return f"{what} (inner {folds} CV nDCG@10 {info['inner_cv_ndcg@10']:.4f}{why})"
+        members = f" x {info['members']} members" if info.get("members", 1) > 1 else ""
+        return f"{what}{members} (inner {folds} CV nDCG@10 {info['inner_cv_ndcg@10']:.4f}{why})"
+    if info.get("members", 1) > 1:
+        return f"{info['members']} members, best iterations {info['member_best_iterations']}"
     return f"best iteration {info['best_iteration']}, validation nDCG@10 {info['valid_ndcg@10'] or float('nan'):.4f}"

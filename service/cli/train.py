@@ -43,7 +43,7 @@ def cmd_ltr(args) -> int:
                          rounds_by=args.rounds_by, rounds_rule=args.rounds_rule, inner_folds=args.inner_folds,
                          inner_by=args.inner_by, init_from=args.init_from, monotone=args.monotone,
                          early_stopping=args.early_stopping, params=params,
-                         binary_min_rel=args.binary_min_rel, command=["weir"] + args.argv)
+                         binary_min_rel=args.binary_min_rel, members=args.members, command=["weir"] + args.argv)
     card = train(config, log=lambda m: print(m, file=sys.stderr))
     final = card["metrics"]["final"]
     print(f"ltr -> {args.out}: {final['train_queries']} training queries, {rounds_note(final)}", file=sys.stderr)
@@ -207,6 +207,10 @@ def _add_ltr(tr) -> None:
     t.add_argument("--num-leaves", type=int, default=None)
     t.add_argument("--min-data-in-leaf", type=int, default=None)
     t.add_argument("--seed", type=int, default=13)
+    t.add_argument("--members", type=int, default=1, help="train N boosters that differ only in their seed (--seed, "
+                   "+1000, ...: row and feature sampling) and average their scores, so that the model does not hang "
+                   "on one seed's luck; with cv every member has the rounds chosen on their mean inner curve "
+                   "(default 1; N times the training time)")
     t.set_defaults(func=cmd_ltr)
 
 

@@ -87,7 +87,7 @@ def test_rounds_chosen_by_inner_cross_validation(rule):
     assert rounds == expected + 1 and value == pytest.approx(mean[expected])
     reported = paired_se[expected] if rule == "1se-paired" else se
     assert detail["best_rounds"] == best + 1 and detail["standard_error"] == pytest.approx(reported, abs=1e-4)
-    booster, info = _fit_on(sets, keep, config, FEATURES)
+    (booster,), info = _fit_on(sets, keep, config, FEATURES)
     assert booster.current_iteration() == rounds and info["best_iteration"] == rounds
 
 
@@ -107,12 +107,49 @@ def test_rounds_chosen_by_leaving_one_training_set_out():
     mean = np.mean(rows, axis=0)
     assert rounds == int(np.argmax(mean)) + 1 and value == pytest.approx(mean.max())
     assert detail["inner_by"] == "sets" and detail["folds_scored"] == 3
-    booster, info = _fit_on(sets, keep, config, FEATURES)
+    (booster,), info = _fit_on(sets, keep, config, FEATURES)
     assert booster.current_iteration() == rounds and info["inner_by"] == "sets" and info["inner_folds"] == 3
     with pytest.raises(Exception, match="at least 3 sets"):
         rounds_by_cv(sets[:2], keep, config, FEATURES)
     with pytest.raises(Exception, match="unknown --inner-by"):
         rounds_by_cv(sets, keep, TrainConfig(sets=[], out="", inner_by="collections"), FEATURES)
+
+
+def test_members_differ_by_seed_share_the_rounds_of_their_mean_curve_and_average_their_scores(tmp_path):
+    """--members 3: the inner folds are those of --seed, each fold's curve is the mean of the three members' curves
+    (seeds 5, 1005, 2005), the rounds chosen on it; three boosters of that many rounds are trained, saved as model.txt,
+    model.1.txt, model.2.txt, and the loaded model scores the mean of the three. One member is the model of before."""
+    from ranker.rerankers.ltr import LTRModel
+    from ranker.training.ltr import TrainConfig, _fit_on, member_seeds, rounds_by_cv
+
+    sets = [_examples(3, 24), _examples(4, 9, prefix="small")]
+    keep = set(sets[0].qids)
+    config = TrainConfig(sets=[], out="", rounds=40, inner_folds=3, seed=5, rounds_rule="best", members=3)
+    assert member_seeds(config) == [5, 1005, 2005]
+    rounds, value, _ = rounds_by_cv(sets, keep, config, FEATURES)
+    from ranker.training.common import folds_of
+
+    split = [folds_of(sorted(set(ex.qids)), 3, 5 + 1 + j) for j, ex in enumerate(sets)]  # the folds of --seed
+    table = np.array([np.mean([_curve([ex.select(set(ex.qids) - split[j][k]) for j, ex in enumerate(sets)],
+                                      [ex.select(split[j][k]) for j, ex in enumerate(sets)], s, 40)
+                               for s in (5, 1005, 2005)], axis=0) for k in range(3)])
+    mean = table.mean(axis=0)
+    assert rounds == int(np.argmax(mean)) + 1 and value == pytest.approx(mean.max())
+    boosters, info = _fit_on(sets, keep, config, FEATURES)
+    assert len(boosters) == 3 and info["members"] == 3 and {b.current_iteration() for b in boosters} == {rounds}
+    X = sets[0].X[:40]
+    alone = [b.predict(X) for b in boosters]
+    assert not np.allclose(alone[0], alone[1])  # the seeds sample rows and features differently
+    LTRModel(boosters, FEATURES, {}).save(tmp_path / "m")
+    assert sorted(p.name for p in (tmp_path / "m").glob("model*.txt")) == ["model.1.txt", "model.2.txt", "model.txt"]
+    np.testing.assert_allclose(LTRModel.load(tmp_path / "m").predict(X), np.mean(alone, axis=0), rtol=1e-6)
+    LTRModel(boosters[:1], FEATURES, {}).save(tmp_path / "m")  # a one-member model saved over it leaves no stale member
+    assert [p.name for p in (tmp_path / "m").glob("model*.txt")] == ["model.txt"]
+    np.testing.assert_allclose(LTRModel.load(tmp_path / "m").predict(X), alone[0], rtol=1e-6)
+    one = TrainConfig(sets=[], out="", rounds=40, inner_folds=3, seed=5, rounds_rule="best")
+    assert member_seeds(one) == [5]
+    with pytest.raises(Exception, match="at least 1"):
+        member_seeds(TrainConfig(sets=[], out="", members=0))
 
 
 def test_one_standard_error_rule_keeps_a_strong_init_feature_alone():
@@ -170,7 +207,7 @@ def test_no_tree_beats_a_strong_init_feature_then_the_model_is_that_feature(tmp_
     config = TrainConfig(sets=[], out="", rounds=30, inner_folds=3, seed=2, init_from="dense_cos", monotone=True)
     assert _params(config, FEATURES)["monotone_constraints"] == monotone_constraints(FEATURES)
     assert monotone_constraints(FEATURES)[FEATURES.index("first_rank")] == -1
-    booster, info = _fit_on([ex], set(qids), config, FEATURES)
+    (booster,), info = _fit_on([ex], set(qids), config, FEATURES)
     assert info["rounds"] == 0 and info["inner_cv_ndcg@10"] == pytest.approx(1.0)
     LTRModel(booster, FEATURES, {}, init_from="dense_cos", rounds=0).save(tmp_path / "m")
     model = LTRModel.load(tmp_path / "m")
