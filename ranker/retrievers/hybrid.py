@@ -170,9 +170,13 @@ class HybridRetriever(Retriever):
 
 
 def parse_weights(text: str | Sequence[float] | None, stages: Sequence[str]) -> list[float] | None:
-    """``"0.3,0.7"`` (one per stage, in order) or ``"bm25=0.3,dense=0.7"`` (unnamed stages get 0) -> a list."""
+    """``"0.3,0.7"`` (one per stage, in order) or ``"bm25=0.3,dense=0.7"`` (unnamed stages get 0) -> a list; ``;``
+    separates them as ``,`` does (inside a pipeline's brackets, where ``,`` separates options:
+    ``deepimpact+bm25[fusion_weights=0.3;0.7]``)."""
     if text is None or text == "":
         return None
+    if isinstance(text, str):
+        text = text.replace(";", ",")
     if not isinstance(text, str):
         weights = [float(w) for w in text]
     elif "=" in text:

@@ -33,7 +33,9 @@ def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True, pipe
                    help="hybrid fusion: reciprocal rank fusion, or a weighted sum of min-max or z-score normalized "
                    "scores ('linear' = minmax) (default: as tuned by `weir tune fusion`, else zscore)")
     h.add_argument("--fusion-weights", "--fusion-weight", dest="fusion_weights", default=None,
-                   help="hybrid weights, one per stage: '0.3,0.7' or 'bm25=0.3,dense=0.7' (default: tuned, else equal)")
+                   help="hybrid and deepimpact+bm25 weights, one per stage: '0.3,0.7' or 'bm25=0.3,dense=0.7'; ';' "
+                   "for ',' inside a pipeline's brackets: 'deepimpact+bm25[fusion_weights=0.3;0.7]' (default: tuned, "
+                   "else equal)")
     h.add_argument("--depth-per-stage", type=int, default=None, help="hybrid: candidates per fused stage (default 1000)")
     h.add_argument("--rrf-k", type=int, default=None, help="hybrid: the RRF constant k (default: tuned, else 60)")
     h.add_argument("--hybrid-stages", default=None, help="hybrid: first stages to fuse (default: bm25,dense)")

@@ -102,6 +102,8 @@ def test_hybrid_retriever_depth_and_timings():
 def test_parse_weights():
     assert parse_weights("0.3,0.7", ["bm25", "dense"]) == [0.3, 0.7]
     assert parse_weights("dense=0.6", ["bm25", "dense"]) == [0.0, 0.6]
+    assert parse_weights("0.3;0.7", ["bm25", "dense"]) == [0.3, 0.7]  # as written inside a pipeline's brackets
+    assert parse_weights("dense=0.7;bm25=0.3", ["bm25", "dense"]) == [0.3, 0.7]
     assert parse_weights(None, ["bm25", "dense"]) is None
     with pytest.raises(InputError, match="not a fused stage"):
         parse_weights("splade=1", ["bm25", "dense"])
