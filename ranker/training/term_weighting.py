@@ -20,7 +20,10 @@ frequencies and length, so the head learns what a query is *not* already saying.
   ArguAna: each about 20 times an epoch), and the head learns them by heart: its validation nDCG@10 on the
   sources' held-out queries fell from the first epoch where ``queries`` draws raised it (models/RESULTS.md).
 
-The epoch kept is the one with the best validation nDCG@10 averaged over the sources, weighed as just said.
+The epoch kept is the one with the best validation nDCG@10 averaged over the sources, weighed as just said, or
+with ``--validate-by sets`` each judged source by its weight alone, whatever its number of validation queries: a
+head meant to carry over to collections it never saw is then kept for helping every collection, not for helping the
+largest one (SciFact's 162 validation queries otherwise outweigh the four small sets' 60 together).
 
 Heads (``--shape``, see :mod:`indexer.weighting.model`): ``bm25`` (default) multiplies a BM25-shaped prior from the
 collection being indexed by a learned factor in [1/2, 2]; ``free`` is the published recipe.
@@ -78,6 +81,7 @@ from weir.types import Hit, InputError, Run
 
 
 DRAWS = ("queries", "sources")  # how a step draws its queries from several sources (the module docstring)
+VALIDATE_BY = ("queries", "sets")  # how the validation mean weighs the sources (the module docstring)
 
 
 @dataclass
@@ -107,6 +111,7 @@ class TrainConfig:
     device: str | None = None
     features: list[str] = field(default_factory=list)  # lexical inputs beside the term vector: idf, tf, length
     draws: str = "queries"  # DRAWS: every training query equally likely, or every source (both times their weight)
+    validate_by: str = "queries"  # VALIDATE_BY: as drawn, or every judged source by its weight alone
     command: list[str] = field(default_factory=list)
 
     def sources(self) -> list[tuple[TrainingSource | None, str, float]]:
@@ -409,7 +414,10 @@ class Training:
         its share (:meth:`Source.share`). With ``queries`` draws, a self-supervised source's counts only when no source
         is judged: its pseudo-queries are too easy to choose by (they validate at about 0.98 from the untrained head
         on), and they would outweigh the judged queries. ``sources`` draws keep the earlier recipe (each source by its
-        weight)."""
+        weight). ``validate_by="sets"``: every judged source by its weight alone (self-supervised ones as above)."""
+        if self.config.validate_by == "sets":
+            judged = any(s.judged is not None for s in self.sources)
+            return [0.0 if judged and s.judged is None else s.weight for s in self.sources]
         judged = self.config.draws == "queries" and any(s.judged is not None for s in self.sources)
         return [0.0 if judged and s.judged is None else s.share(self.config.draws, validation=True)
                 for s in self.sources]
@@ -569,7 +577,8 @@ def _fusion(t: Training) -> dict:
     value, w = max(((v, float(g)) for g, v in grid.items()), key=lambda x: (x[0], -abs(x[1] - 0.5), x[1]))
     return {"method": "minmax", "weights": [w, round(1 - w, 2)], "stages": ["deepimpact", "bm25"],
             "validation_nDCG@10": value, "grid": {g: round(v, 4) for g, v in grid.items()},
-            "tuned_on": f"validation parts of the training sources (mean nDCG@10, sources weighed by {t.config.draws})"}
+            "tuned_on": "validation parts of the training sources (mean nDCG@10, sources weighed by "
+                        f"{t.config.draws if t.config.validate_by == 'queries' else 'their weight alone'})"}
 
 
 def train(config: TrainConfig, log=print) -> dict:
@@ -582,6 +591,8 @@ def train(config: TrainConfig, log=print) -> dict:
         raise InputError(f"unknown head shape {config.shape!r}; known: {', '.join(SHAPES)}")
     if config.draws not in DRAWS:
         raise InputError(f"unknown draws {config.draws!r}; known: {', '.join(DRAWS)}")
+    if config.validate_by not in VALIDATE_BY:
+        raise InputError(f"unknown --validate-by {config.validate_by!r}; known: {', '.join(VALIDATE_BY)}")
     unknown = [f for f in config.features if f not in FEATURES]
     if unknown:
         raise InputError(f"unknown term feature(s) {', '.join(unknown)}; known: {', '.join(FEATURES)}")

@@ -16,7 +16,8 @@ def cmd_term_weighting(args) -> int:
                          epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, negatives=args.negatives,
                          negative_depth=args.negative_depth, val_fraction=args.val_fraction, seed=args.seed,
                          bm25_index=args.bm25_index, device=args.device, command=["weir"] + args.argv,
-                         features=[f.strip() for f in args.features.split(",") if f.strip()], draws=args.draws)
+                         features=[f.strip() for f in args.features.split(",") if f.strip()], draws=args.draws,
+                         validate_by=args.validate_by)
     card = train(config, log=lambda m: print(m, file=sys.stderr))
     v = card["metrics"]["validation"]
     print(f"{args.kind} -> {args.out}: validation nDCG@10 {v['nDCG@10']:.4f} (epoch {v['epoch']}, mean over "
@@ -150,6 +151,10 @@ def _add_term_weighting(tr) -> None:
                        "its source's WEIGHT, and the validation mean over queries; sources: every source equally "
                        "likely, times its WEIGHT, whatever its size (a small source's queries then repeat many times "
                        "an epoch)")
+        t.add_argument("--validate-by", choices=("queries", "sets"), default="queries", help="how the validation "
+                       "mean that chooses the epoch (and the deepimpact+bm25 weight) weighs the judged sources: "
+                       "queries (default): as --draws says; sets: each by its WEIGHT alone, whatever its number of "
+                       "queries, so that the head kept helps every collection, not mostly the largest")
         t.set_defaults(func=cmd_term_weighting, kind=kind)
 
 

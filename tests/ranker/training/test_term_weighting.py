@@ -58,6 +58,11 @@ def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_pa
                                           [3 * len(sources[0].val), len(sources[1].val), 0])
         assert Training(config, sources[2:], backbone.dim, lambda m: None).validation_weights() == \
             ([1] if draws == "sources" else [len(sources[2].val)])
+        # --validate-by sets: every judged source by its weight alone, however it is drawn
+        config.validate_by = "sets"
+        assert Training(config, sources, backbone.dim, lambda m: None).validation_weights() == [3, 1, 0]
+        assert Training(config, sources[2:], backbone.dim, lambda m: None).validation_weights() == [1]
+        config.validate_by = "queries"
 
 
 def test_pseudo_queries_are_deterministic_and_leave_their_words_out():
