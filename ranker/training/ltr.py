@@ -223,8 +223,8 @@ class TrainConfig:
 
 
 def member_seeds(config: TrainConfig) -> list[int]:
-    """The LightGBM seeds of the members (row and feature sampling): ``seed``, ``seed + 1000``, ... The inner folds
-    stay those of ``seed``, shared by every member."""
+    """The seeds of the members: ``seed``, ``seed + 1000``, ...; each member's LightGBM row and feature sampling, and
+    its inner folds (:func:`rounds_by_cv`)."""
     if config.members < 1:
         raise InputError(f"--members must be at least 1, got {config.members}")
     return [config.seed + 1000 * m for m in range(config.members)]
@@ -250,11 +250,12 @@ ROUNDS_RULES = ("1se", "1se-paired", "best")
 INNER_BY = ("queries", "sets")
 
 
-def inner_splits(data: list[Examples], main_keep: set[str], config: TrainConfig):
+def inner_splits(data: list[Examples], main_keep: set[str], config: TrainConfig, seed: int | None = None):
     """The inner folds of :func:`rounds_by_cv`, as (training parts, validation parts) pairs.
 
     ``config.inner_by`` ``"queries"``: ``config.inner_folds`` folds of every set's queries (the first set's:
-    ``main_keep``); fold k trains on the other folds of every set and validates on fold k of each set.
+    ``main_keep``), drawn with ``seed`` (default ``config.seed``); fold k trains on the other folds of every set and
+    validates on fold k of each set.
     ``"sets"``: leave one set out, one fold per training set; fold k trains on every other set and validates on set k
     alone, so the rounds chosen are those that carry over to a collection the trees never saw (what a shipped model
     meets), not to more queries of the collections they fit."""
@@ -267,7 +268,8 @@ def inner_splits(data: list[Examples], main_keep: set[str], config: TrainConfig)
                 for k in range(len(data))]
     if config.inner_by != "queries":
         raise InputError(f"unknown --inner-by {config.inner_by!r}; known: {', '.join(INNER_BY)}")
-    folds = [folds_of(sorted(pool), config.inner_folds, config.seed + 1 + j) for j, pool in enumerate(pools)]
+    seed = config.seed if seed is None else seed
+    folds = [folds_of(sorted(pool), config.inner_folds, seed + 1 + j) for j, pool in enumerate(pools)]
     return [([ex.select(pools[j] - folds[j][k]) for j, ex in enumerate(data)],
              [ex.select(folds[j][k]) for j, ex in enumerate(data)]) for k in range(config.inner_folds)]
 
@@ -279,7 +281,8 @@ def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig,
     counting equally (a collection of 35 queries weighs as much as one of 1,000: the model is meant to carry over to
     each); with ``inner_by="sets"`` each inner fold is one whole training set, scored by a model of the others.
     Boosting from an init feature, 0 rounds (the feature alone) is a candidate too. With several members
-    (``config.members``), a fold's curve is the mean of its members' curves. ``config.rounds_rule``
+    (``config.members``), each member draws its own inner folds with its seed (repeated cross-validation: the rounds
+    hang less on one split of a small set) and fold k's curve is the mean of the members' fold k. ``config.rounds_rule``
     ``"best"``: the rounds of the best mean nDCG@10; ``"1se"``: the fewest rounds whose mean is within one standard
     error (over the inner folds) of the best (the one-standard-error rule, Hastie, Tibshirani and Friedman, *The
     Elements of Statistical Learning*, 7.10), so trees must beat the feature alone by more than the folds disagree;
@@ -287,17 +290,19 @@ def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig,
     that paired difference (the folds' common level of difficulty cancels, so a gain the folds agree on counts even
     where it is smaller than their spread). Returns (rounds, their mean, the details)."""
     init_col = _init_col(config, features)
-    rows = []  # per inner fold: [round 0 (with an init feature), round 1, ...], the mean over the sets scored
-    for train_parts, valid_parts in inner_splits(data, main_keep, config):
-        if not any(p[2] for p in valid_parts) or not any(p[2] for p in train_parts):
-            continue
-        curves = []
-        for seed in member_seeds(config):
+    by_fold: list[list[np.ndarray]] = []  # per inner fold k, per member: [round 0 (init feature), round 1, ...]
+    for seed in member_seeds(config):  # each member its own inner folds (repeated cross-validation)
+        for k, (train_parts, valid_parts) in enumerate(inner_splits(data, main_keep, config, seed)):
+            if len(by_fold) <= k:
+                by_fold.append([])
+            if not any(p[2] for p in valid_parts) or not any(p[2] for p in train_parts):
+                continue
             _, info = fit(train_parts, valid_parts, features, params=_params(config, features), rounds=config.rounds,
                           early_stopping=None, seed=seed, init_col=init_col, separate_valid=True)
-            curves.append(np.mean(info["valid_curves"], axis=0))
-        curve = np.mean(curves, axis=0)
-        rows.append(np.concatenate([[np.mean(info["valid_inits"])], curve]) if init_col is not None else curve)
+            curve = np.mean(info["valid_curves"], axis=0)  # the mean over the sets scored
+            by_fold[k].append(np.concatenate([[np.mean(info["valid_inits"])], curve]) if init_col is not None
+                              else curve)
+    rows = [np.mean(curves, axis=0) for curves in by_fold if curves]  # fold k: the mean over the members
     if not rows:
         raise InputError("no inner fold has a query with a relevant candidate")
     table = np.array(rows)

@@ -213,9 +213,10 @@ def _add_ltr(tr) -> None:
     t.add_argument("--min-data-in-leaf", type=int, default=None)
     t.add_argument("--seed", type=int, default=13)
     t.add_argument("--members", type=int, default=1, help="train N boosters that differ only in their seed (--seed, "
-                   "+1000, ...: row and feature sampling) and average their scores, so that the model does not hang "
-                   "on one seed's luck; with cv every member has the rounds chosen on their mean inner curve "
-                   "(default 1; N times the training time)")
+                   "+1000, ...: row and feature sampling, and with cv each member's own inner folds) and average their "
+                   "scores, so that the model does not hang on one seed's luck; with cv the rounds, the same for "
+                   "every member, are chosen on the members' mean inner curve (repeated cross-validation) (default "
+                   "1; N times the training time)")
     t.set_defaults(func=cmd_ltr)
 
 

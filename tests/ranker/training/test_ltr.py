@@ -116,9 +116,10 @@ def test_rounds_chosen_by_leaving_one_training_set_out():
 
 
 def test_members_differ_by_seed_share_the_rounds_of_their_mean_curve_and_average_their_scores(tmp_path):
-    """--members 3: the inner folds are those of --seed, each fold's curve is the mean of the three members' curves
-    (seeds 5, 1005, 2005), the rounds chosen on it; three boosters of that many rounds are trained, saved as model.txt,
-    model.1.txt, model.2.txt, and the loaded model scores the mean of the three. One member is the model of before."""
+    """--members 3: each member (seeds 5, 1005, 2005) draws its own inner folds with its seed, fold k's curve is the
+    mean of the members' fold k (repeated cross-validation), the rounds chosen on it; three boosters of that many
+    rounds are trained, saved as model.txt, model.1.txt, model.2.txt, and the loaded model scores the mean of the
+    three. One member is the model of before."""
     from ranker.rerankers.ltr import LTRModel
     from ranker.training.ltr import TrainConfig, _fit_on, member_seeds, rounds_by_cv
 
@@ -129,9 +130,11 @@ def test_members_differ_by_seed_share_the_rounds_of_their_mean_curve_and_average
     rounds, value, _ = rounds_by_cv(sets, keep, config, FEATURES)
     from ranker.training.common import folds_of
 
-    split = [folds_of(sorted(set(ex.qids)), 3, 5 + 1 + j) for j, ex in enumerate(sets)]  # the folds of --seed
-    table = np.array([np.mean([_curve([ex.select(set(ex.qids) - split[j][k]) for j, ex in enumerate(sets)],
-                                      [ex.select(split[j][k]) for j, ex in enumerate(sets)], s, 40)
+    def split(s):  # the inner folds of the member of seed s
+        return [folds_of(sorted(set(ex.qids)), 3, s + 1 + j) for j, ex in enumerate(sets)]
+
+    table = np.array([np.mean([_curve([ex.select(set(ex.qids) - split(s)[j][k]) for j, ex in enumerate(sets)],
+                                      [ex.select(split(s)[j][k]) for j, ex in enumerate(sets)], s, 40)
                                for s in (5, 1005, 2005)], axis=0) for k in range(3)])
     mean = table.mean(axis=0)
     assert rounds == int(np.argmax(mean)) + 1 and value == pytest.approx(mean.max())
