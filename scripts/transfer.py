@@ -27,7 +27,14 @@ Commands (each step a `weir` process; everything under --work, reused when there
   against ``hybrid>>ltr`` on X; ``--ltr-args`` are the `weir train ltr` options of the variant (``--tag`` names it);
 - ``ltr-final``: that LTR trained on every collection (the shipped default, ``--out-dir``/ltr), and SciFact test;
 - ``ltr-sweep``: the ``ltr-loco`` protocol in one process for several recipes (``--variant``), every collection's
-  features computed once (pickled under --work): to compare recipes before confirming one with ``ltr-loco``.
+  features computed once (pickled under --work): to compare recipes before confirming one with ``ltr-loco``;
+- ``fusion-loco``: the ``deepimpact+bm25`` weight chosen by leaving one collection out. For each collection X, its
+  leave-one-out DeepImpact head (as ``loco`` trains it; X indexed with bm25 and that head) scores X's evaluation
+  topics fused with BM25 at every weight 0, 0.05, ..., 1 on ``deepimpact`` (min-max, as served). The weight for X is
+  the one of the best mean relative change of nDCG@10 against BM25 over the *other* collections (each scored by its
+  own leave-one-out head), ties to the weight nearest 0.5; `weir experiment` then measures X at that weight beside the
+  weight of its head's card (chosen on the training sets' validation queries). The weight of all six collections is
+  the one for a head trained on all six (``--out-dir``: written into its card's ``fusion`` entry with ``--write``).
 
 A variant may retrain one kind only: ``--kinds deepimpact --reuse bm25`` trains the DeepImpact heads (with
 ``--train-args``, options of `weir train`) and takes the DeepCT heads of the variant ``bm25``.
@@ -200,10 +207,10 @@ def ltr_sweep(args) -> None:
                 [("beir-scifact", list(args.collections))] if "beir-scifact" in args.collections else []):
             config = TrainConfig(sets=[], out="", rounds=300, **fields)
             data = [train[n] for n in trained_on]
-            booster, info = _fit_on(data, set(data[0].qids), config, FEATURES)
+            boosters, info = _fit_on(data, set(data[0].qids), config, FEATURES)
             ex = test[held]
             keep = set(ex.qids)
-            scores = _score(booster, ex, keep, _init_col(config, FEATURES), rounds=info.get("rounds"))
+            scores = _score(boosters, ex, keep, _init_col(config, FEATURES), rounds=info.get("rounds"))
             queries = [q for q in ex.queries if q.id in keep]
             ltr = apply_scores(queries, ex.run, 100, scores, "ltr")
             hybrid = ex.run
@@ -272,6 +279,124 @@ def final(args) -> None:
     evaluate("beir-scifact", models, work / "beir-scifact")
 
 
+FUSION_GRID = [round(0.05 * i, 2) for i in range(21)]
+
+
+def _fusion_grid(held: str, index: Path, work: Path) -> dict:
+    """nDCG@10 of BM25 and of deepimpact+bm25 at every weight of FUSION_GRID on ``held``'s evaluation topics, over
+    ``index`` (the runs of the served stages, fused as served); cached as ``work/fusion-grid.json``."""
+    path = work / "fusion-grid.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    sys.path.insert(0, str(ROOT))
+    from indexer.index_dir import Index
+    from ranker import registry
+    from ranker.evaluation.measures import evaluate as measure
+    from ranker.options import FusionOptions
+    from ranker.retrievers.hybrid import fuse_runs, impact_fusion_settings
+    from weir.trec import read_qrels, read_topics
+
+    c = COLLECTIONS / held
+    qrels = read_qrels(c / "qrels.txt")
+    queries = [q for q in read_topics(c / "queries.tsv") if q.id in qrels]
+    identical = "--remove-identical" in SOURCES[held][3]
+    k = 1000 + identical
+    idx = Index(index)
+    fused = registry.build_stage("deepimpact+bm25", idx)
+    runs = fused.stage_runs(queries, k)  # [deepimpact, bm25], each to its depth (1000)
+
+    def ndcg(run) -> tuple[float, dict]:
+        if identical:
+            run = run.without_identical_ids()
+        means, per = measure(run.truncated(1000), qrels, ["nDCG@10"], binary_min_rel=SOURCES[held][2],
+                             per_query=True)
+        return means["nDCG@10"], per["nDCG@10"]
+
+    bm25, bm25_q = ndcg(runs[1])
+    grid, per_query = {}, {}
+    for w in FUSION_GRID:
+        value, per_query[str(w)] = ndcg(fuse_runs(runs, method="minmax", weights=[w, round(1 - w, 2)], depth=k,
+                                                  name="deepimpact+bm25"))
+        grid[str(w)] = value
+    card = impact_fusion_settings(idx, FusionOptions())
+    out = {"collection": held, "queries": len(queries), "bm25": bm25, "grid": grid, "card_weights": card["weights"],
+           "per_query": {"bm25": bm25_q, **per_query}}
+    path.write_text(json.dumps(out))
+    return out
+
+
+def _mean_change(grids: list[dict], w: float) -> float:
+    """The mean over ``grids`` of the relative change of deepimpact+bm25 at weight ``w`` against BM25."""
+    return sum((g["grid"][str(w)] - g["bm25"]) / g["bm25"] for g in grids) / len(grids)
+
+
+def _choose_weight(grids: list[dict]) -> tuple[float, float]:
+    """The weight of the best mean relative change against BM25 over ``grids`` (ties to the weight nearest 0.5)."""
+    best = max(FUSION_GRID, key=lambda w: (round(_mean_change(grids, w), 10), -abs(w - 0.5)))
+    return best, _mean_change(grids, best)
+
+
+def fusion_loco(args) -> None:
+    grids = {}
+    for held in args.collections:
+        work = args.work / f"loco-{args.tag}" / held
+        head = train("deepimpact", work / "deepimpact", [n for n in SOURCES if n != held], args,
+                     args.train_args.split())
+        index = work / "index-bm25-deepimpact"
+        if not (index / "manifest.json").is_file():
+            run(WEIR + ["index", "build", "--collection", str(COLLECTIONS / held), "--out", str(index), "--with",
+                        "bm25,deepimpact", "--deepimpact-model", str(head), "--overwrite", "--skip-empty"],
+                work / "build.log")
+        grids[held] = _fusion_grid(held, index, work)
+        g = grids[held]
+        print(f"{held}: bm25 {g['bm25']:.4f}; deepimpact+bm25 at w = " + ", ".join(
+            f"{w}: {g['grid'][str(w)]:.4f}" for w in FUSION_GRID), flush=True)
+    if len(grids) < 3:
+        print("choosing a weight by leaving one collection out needs 3 collections or more: grids only", flush=True)
+        return
+    choices = {}
+    for held in args.collections:
+        others = [grids[n] for n in args.collections if n != held]
+        w, gain = _choose_weight(others)
+        choices[held] = {"weight": w, "others_mean_relative_change": gain, "card_weights": grids[held]["card_weights"]}
+    w_all, gain_all = _choose_weight(list(grids.values()))
+    summary = {"tag": args.tag, "collections": args.collections, "grid": FUSION_GRID, "choices": choices,
+               "all": {"weight": w_all, "mean_relative_change": gain_all},
+               "rule": "best mean relative change of nDCG@10 against BM25 over the other collections, each scored by "
+                       "its own leave-one-collection-out head; ties to the weight nearest 0.5"}
+    (args.work / f"fusion-loco-{args.tag}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    for held in args.collections:
+        work = args.work / f"loco-{args.tag}" / held
+        w = choices[held]["weight"]
+        exp = work / "experiment-fusion"
+        c = COLLECTIONS / held
+        if not (exp / "results.json").is_file():
+            run(WEIR + ["experiment", "--index", str(work / "index-bm25-deepimpact"), "--topics",
+                        str(c / "queries.tsv"), "--qrels", str(c / "qrels.txt"), "--pipelines",
+                        f"bm25,deepimpact,deepimpact+bm25,deepimpact+bm25[fusion_weights={w};{round(1 - w, 2)}]",
+                        "--measures", "nDCG@10,R@100", "--out", str(exp)] + SOURCES[held][3],
+                work / "experiment-fusion.log")
+        record = json.loads((exp / "results.json").read_text())
+        systems = {s["label"]: s["means"]["nDCG@10"] for s in record["systems"]}
+        tests = record["significance"]["results"]["nDCG@10"]
+        cells = [f"{label} {value:.4f}" + (f" (p {tests[label]['p_holm']:.3f})" if label in tests else "")
+                 for label, value in systems.items()]
+        print(f"{held}: weight {w} (card {choices[held]['card_weights']}): " + "; ".join(cells), flush=True)
+    print(f"all six: weight {w_all} on deepimpact (mean relative change {gain_all:+.2%})", flush=True)
+    if args.write:
+        card_path = Path(args.out_dir) / "deepimpact" / "card.json"
+        card = json.loads(card_path.read_text())
+        card["fusion_validation"] = card.get("fusion_validation") or card.get("fusion")
+        card["fusion"] = {"method": "minmax", "weights": [w_all, round(1 - w_all, 2)], "stages": ["deepimpact", "bm25"],
+                          "tuned_on": f"leave one collection out ({', '.join(args.collections)}): {summary['rule']}",
+                          "mean_relative_change": round(gain_all, 4),
+                          "mean_relative_change_by_weight": {str(w): round(_mean_change(list(grids.values()), w), 4)
+                                                             for w in FUSION_GRID},
+                          "command": "python scripts/transfer.py fusion-loco " + " ".join(sys.argv[2:])}
+        card_path.write_text(json.dumps(card, indent=1) + "\n")
+        print(f"{card_path}: fusion weights {card['fusion']['weights']}", flush=True)
+
+
 def _row(record: dict) -> dict:
     systems = {s["label"]: s for s in record["systems"]}
     tests = record["significance"]["results"]["nDCG@10"]
@@ -300,7 +425,7 @@ def ltr_table(args) -> None:
 def table(args) -> None:
     print("| collection | variant | bm25 | " + " | ".join(PIPELINES.split(",")[1:]) + " |")
     print("|---|---|---:|" + "---:|" * 3)
-    for kind in sorted(k for k in args.work.glob("*-*") if not k.name.startswith("ltr-")):
+    for kind in sorted(k for k in args.work.glob("*-*") if k.is_dir() and not k.name.startswith("ltr-")):
         for held in sorted(kind.iterdir()):
             results = held / "experiment" / "results.json"
             if not results.is_file():
@@ -318,7 +443,9 @@ def table(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=("cache", "loco", "self", "final", "table", "ltr-loco", "ltr-final",
-                                        "ltr-sweep"))
+                                        "ltr-sweep", "fusion-loco"))
+    ap.add_argument("--write", action="store_true", help="fusion-loco: write the weight of all collections into the "
+                    "card of --out-dir/deepimpact")
     ap.add_argument("--indexes", type=Path, default=ROOT / "indexes", help="ltr: an index (bm25, dense) per "
                     "collection, named after it")
     ap.add_argument("--ltr-args", default="", help="ltr: options of `weir train ltr` for the variant")
@@ -340,7 +467,7 @@ def main() -> None:
     args.kinds = [k for k in args.kinds.split(",") if k]
     args.tag = args.tag or args.shape
     {"cache": cache, "loco": loco, "self": self_supervised, "final": final, "table": table, "ltr-loco": ltr_loco,
-     "ltr-final": ltr_final, "ltr-sweep": ltr_sweep}[args.command](args)
+     "ltr-final": ltr_final, "ltr-sweep": ltr_sweep, "fusion-loco": fusion_loco}[args.command](args)
 
 
 if __name__ == "__main__":
