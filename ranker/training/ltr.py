@@ -382,6 +382,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         raise InputError("weir train ltr needs at least one training set")
     if config.folds == 1 or config.folds < 0:
         raise InputError("--folds must be 0 (no cross-validation) or at least 2")
+    member_seeds(config)  # refuses --members below 1 before any feature is computed
     started = time.perf_counter()
     data = [load_examples(ds, config.options, log) for ds in config.sets]
     feature_seconds = time.perf_counter() - started

@@ -1,7 +1,8 @@
 """The gRPC service over ADI on loopback, as callers use it: answers with text and timings, reranking with its own
 depth, and under concurrency exactly the answers of sequential calls (8 callers, 2,000 calls per workload, 400 for
 the attention reranker alone and with the LTR model stacked on it, whose calls took 13 times as long as BM25's in
-the suite; 0 errors), a pipeline built once however many callers ask for it first."""
+the suite, and 400 for an LTR model of several members; 0 errors), a pipeline built once however many callers ask
+for it first."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 
 CALLERS, CALLS = 8, 2000
 RERANKED_CALLS = {"bm25>>attention": 400,  # 12 rounds of ADI's 35 queries, each reranking 10 passages
-                  "bm25>>attention>>ltr": 400}
+                  "bm25>>attention>>ltr": 400, "hybrid>>ltr[members]": 400}
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,34 @@ def test_concurrent_callers_of_ltr_over_attention_get_sequential_answers(attenti
     _concurrent_answers_are_sequential_answers(attention_ltr_server, "bm25>>attention>>ltr", 10, 10, False)
 
 
-def _concurrent_answers_are_sequential_answers(server, pipeline, k, depth, include_text):
+@pytest.fixture(scope="module")
+def members_ltr_server(index_factory, tmp_path_factory):
+    """A server whose ``ltr`` is a model of 3 members (`weir train ltr --members 3`), trained here on ADI."""
+    from ranker.rerankers.ltr import LTRModel
+    from ranker.training.common import DataSet
+    from ranker.training.ltr import TrainConfig, train
+
+    index = index_factory("adi", "bm25,dense")
+    out = tmp_path_factory.mktemp("ltr-members") / "ltr"
+    adi = collection("adi")
+    train(TrainConfig(sets=[DataSet(str(index), str(adi / "queries.tsv"), str(adi / "qrels.txt"), depth=20)],
+                      out=str(out), rounds=60, members=3, rounds_rule="best", init_from="first_score_norm",
+                      params={"num_leaves": 7, "min_data_in_leaf": 50}), log=lambda m: None)
+    assert len(LTRModel.load(out).boosters) == 3
+    config = ServiceConfig.load(index=str(index), port=0, verify_checksums=False, pipelines=["bm25", "hybrid>>ltr"],
+                                options={"ltr_model": str(out)})
+    with BackgroundServer(config) as s:
+        yield s
+
+
+def test_concurrent_callers_of_a_model_of_several_members_get_sequential_answers(members_ltr_server):
+    """``hybrid>>ltr`` with a model of 3 members, whose scores are the mean of 3 boosters: under 8 callers
+    (micro-batched), every answer is the sequential one."""
+    _concurrent_answers_are_sequential_answers(members_ltr_server, "hybrid>>ltr", 10, 20, False,
+                                               calls=RERANKED_CALLS["hybrid>>ltr[members]"])
+
+
+def _concurrent_answers_are_sequential_answers(server, pipeline, k, depth, include_text, calls=None):
     topics = [q.text for q in read_topics(collection("adi") / "queries.tsv")]
     target = f"127.0.0.1:{server.port}"
     with SearchClient(target, timeout=120) as c:
@@ -113,7 +141,7 @@ def _concurrent_answers_are_sequential_answers(server, pipeline, k, depth, inclu
                       for q in topics}
     assert all(sequential.values())
 
-    calls = RERANKED_CALLS.get(pipeline, CALLS)
+    calls = calls or RERANKED_CALLS.get(pipeline, CALLS)
 
     def caller(n: int) -> tuple[int, int, int]:
         mismatches = errors = batched = 0
