@@ -33,8 +33,8 @@ Commands (each step a `weir` process; everything under --work, reused when there
   topics fused with BM25 at every weight 0, 0.05, ..., 1 on ``deepimpact`` (min-max, as served). The weight for X is
   the one of the best mean relative change of nDCG@10 against BM25 over the *other* collections (each scored by its
   own leave-one-out head), ties to the weight nearest 0.5; `weir experiment` then measures X at that weight beside the
-  weight of its head's card (chosen on the training sets' validation queries). The weight of all six collections is
-  the one for a head trained on all six (``--out-dir``: written into its card's ``fusion`` entry with ``--write``).
+  weight of its head's card (chosen on the training sets' validation queries). The weight best over all six collections
+  is printed too: the candidate for a head trained on all six (stop 25 kept the card's: ``models/RESULTS.md``).
 
 A variant may retrain one kind only: ``--kinds deepimpact --reuse bm25`` trains the DeepImpact heads (with
 ``--train-args``, options of `weir train`) and takes the DeepCT heads of the variant ``bm25``.
@@ -383,18 +383,6 @@ def fusion_loco(args) -> None:
                  for label, value in systems.items()]
         print(f"{held}: weight {w} (card {choices[held]['card_weights']}): " + "; ".join(cells), flush=True)
     print(f"all six: weight {w_all} on deepimpact (mean relative change {gain_all:+.2%})", flush=True)
-    if args.write:
-        card_path = Path(args.out_dir) / "deepimpact" / "card.json"
-        card = json.loads(card_path.read_text())
-        card["fusion_validation"] = card.get("fusion_validation") or card.get("fusion")
-        card["fusion"] = {"method": "minmax", "weights": [w_all, round(1 - w_all, 2)], "stages": ["deepimpact", "bm25"],
-                          "tuned_on": f"leave one collection out ({', '.join(args.collections)}): {summary['rule']}",
-                          "mean_relative_change": round(gain_all, 4),
-                          "mean_relative_change_by_weight": {str(w): round(_mean_change(list(grids.values()), w), 4)
-                                                             for w in FUSION_GRID},
-                          "command": "python scripts/transfer.py fusion-loco " + " ".join(sys.argv[2:])}
-        card_path.write_text(json.dumps(card, indent=1) + "\n")
-        print(f"{card_path}: fusion weights {card['fusion']['weights']}", flush=True)
 
 
 def _row(record: dict) -> dict:
@@ -444,8 +432,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=("cache", "loco", "self", "final", "table", "ltr-loco", "ltr-final",
                                         "ltr-sweep", "fusion-loco"))
-    ap.add_argument("--write", action="store_true", help="fusion-loco: write the weight of all collections into the "
-                    "card of --out-dir/deepimpact")
     ap.add_argument("--indexes", type=Path, default=ROOT / "indexes", help="ltr: an index (bm25, dense) per "
                     "collection, named after it")
     ap.add_argument("--ltr-args", default="", help="ltr: options of `weir train ltr` for the variant")
