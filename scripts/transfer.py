@@ -305,22 +305,16 @@ def _fusion_grid(held: str, index: Path, work: Path) -> dict:
     fused = registry.build_stage("deepimpact+bm25", idx)
     runs = fused.stage_runs(queries, k)  # [deepimpact, bm25], each to its depth (1000)
 
-    def ndcg(run) -> tuple[float, dict]:
+    def ndcg(run) -> float:
         if identical:
             run = run.without_identical_ids()
-        means, per = measure(run.truncated(1000), qrels, ["nDCG@10"], binary_min_rel=SOURCES[held][2],
-                             per_query=True)
-        return means["nDCG@10"], per["nDCG@10"]
+        return measure(run.truncated(1000), qrels, ["nDCG@10"], binary_min_rel=SOURCES[held][2])["nDCG@10"]
 
-    bm25, bm25_q = ndcg(runs[1])
-    grid, per_query = {}, {}
-    for w in FUSION_GRID:
-        value, per_query[str(w)] = ndcg(fuse_runs(runs, method="minmax", weights=[w, round(1 - w, 2)], depth=k,
-                                                  name="deepimpact+bm25"))
-        grid[str(w)] = value
+    grid = {str(w): ndcg(fuse_runs(runs, method="minmax", weights=[w, round(1 - w, 2)], depth=k,
+                                   name="deepimpact+bm25")) for w in FUSION_GRID}
     card = impact_fusion_settings(idx, FusionOptions())
-    out = {"collection": held, "queries": len(queries), "bm25": bm25, "grid": grid, "card_weights": card["weights"],
-           "per_query": {"bm25": bm25_q, **per_query}}
+    out = {"collection": held, "queries": len(queries), "bm25": ndcg(runs[1]), "grid": grid,
+           "card_weights": card["weights"]}
     path.write_text(json.dumps(out))
     return out
 

@@ -59,11 +59,10 @@ def query_groups(qids: Sequence[str]) -> list[int]:
     return sizes
 
 
-def predict_members(boosters: Sequence, X: np.ndarray, num_iteration: int | None = None) -> np.ndarray:
-    """The mean score of the boosters (each up to ``num_iteration``, else its best iteration) of rows ``X``."""
+def predict_members(boosters: Sequence, X: np.ndarray) -> np.ndarray:
+    """The mean score of the boosters (each up to its best iteration) of rows ``X``."""
     threads = 1 if len(X) < 2000 else 0
-    scores = [b.predict(X, num_iteration=num_iteration or b.best_iteration or None, num_threads=threads)
-              for b in boosters]
+    scores = [b.predict(X, num_iteration=b.best_iteration or None, num_threads=threads) for b in boosters]
     return scores[0] if len(scores) == 1 else np.mean(scores, axis=0)
 
 
@@ -110,10 +109,11 @@ class LTRModel:
     def save(self, path: str | os.PathLike) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        for m, booster in enumerate(self.boosters):
-            booster.save_model(str(path / member_file(m)), num_iteration=booster.best_iteration or None)
+        names = [member_file(m) for m in range(len(self.boosters))]
+        for name, booster in zip(names, self.boosters):
+            booster.save_model(str(path / name), num_iteration=booster.best_iteration or None)
         for stale in path.glob("model.*.txt"):  # members of a model saved here before, beyond this one's
-            if stale.name not in {member_file(m) for m in range(len(self.boosters))}:
+            if stale.name not in names:
                 stale.unlink()
         meta = {"features": self.features, **({"init_from": self.init_from} if self.init_from else {}),
                 **({"rounds": self.rounds} if self.rounds is not None else {}),
