@@ -36,6 +36,10 @@ Commands (each step a `weir` process; everything under --work, reused when there
   weight of its head's card (chosen on the training sets' validation queries). The weight best over all six collections
   is printed too: the candidate for a head trained on all six (stop 25 kept the card's: ``models/RESULTS.md``).
 
+``--self-supervise-training`` adds, to every head, pseudo-queries of each of its training collections (``weir train
+--self-supervised C`` for every source C it trains on; the collection left out still contributes nothing): query
+forms no judged set has, for no judgment (stop 26, ``models/RESULTS.md``).
+
 A variant may retrain one kind only: ``--kinds deepimpact --reuse bm25`` trains the DeepImpact heads (with
 ``--train-args``, options of `weir train`) and takes the DeepCT heads of the variant ``bm25``.
 
@@ -86,6 +90,8 @@ def train(kind: str, out: Path, names: list[str], args, extra: list[str] = (), l
     cmd = WEIR + ["train", kind, "--out", str(out), "--shape", args.shape, "--epochs", str(args.epochs)]
     for n in names:
         cmd += ["--train", source(n)]
+        if args.self_supervise_training:  # the training collections' own pseudo-queries, never the held-out one's
+            cmd += ["--self-supervised", str(COLLECTIONS / n)]
     run(cmd + list(extra), (log_dir or out.parent) / f"train-{kind}.log")
     return out
 
@@ -441,6 +447,9 @@ def main() -> None:
     ap.add_argument("--reuse", default=None, help="loco, self: the variant (tag) whose heads of the kinds not in "
                     "--kinds are used")
     ap.add_argument("--train-args", default="", help="options of `weir train deepct|deepimpact` for the variant")
+    ap.add_argument("--self-supervise-training", action="store_true", help="every head also trains on pseudo-queries "
+                    "of each of its training collections (--self-supervised C for every --train C; no judgment, and "
+                    "never the collection left out); --train-args \"--pseudo-queries N\" sizes them")
     ap.add_argument("--out-dir", default=str(ROOT / "models"), help="final: where the heads go (<dir>/deepct, ...)")
     args = ap.parse_args()
     args.collections = [c for c in args.collections.split(",") if c]
