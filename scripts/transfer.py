@@ -57,6 +57,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the repository's packages, however the script is started
+
+from ranker.training.fusion import WEIGHT_GRID  # the weights `weir train deepimpact` chooses among
+
 COLLECTIONS = Path(os.environ.get("WEIR_COLLECTIONS", ROOT.parent / "shared" / "collections"))
 SOURCES = {  # collection -> (training topics, training qrels, grade counted relevant, evaluation options)
     "beir-scifact": ("queries.train.tsv", "qrels.train.txt", 1, []),
@@ -193,7 +197,6 @@ def ltr_sweep(args) -> None:
     test by the model of every collection (as ``ltr-final``). The same models and scores as `ltr-loco` (`weir train
     ltr` + `weir experiment`), to compare recipes cheaply before confirming one that way. Rows go to
     --work/ltr-sweep.jsonl."""
-    sys.path.insert(0, str(ROOT))
     from ranker.evaluation.measures import evaluate
     from ranker.evaluation.significance import paired, paired_test
     from ranker.rerankers.ltr_features import FEATURES
@@ -237,7 +240,6 @@ def ltr_sweep(args) -> None:
 
 
 def cache(args) -> None:
-    sys.path.insert(0, str(ROOT))
     from indexer.collections import Collection
     from indexer.weighting.cache import cached_term_vectors
     from indexer.weighting.model import Backbone
@@ -285,16 +287,12 @@ def final(args) -> None:
     evaluate("beir-scifact", models, work / "beir-scifact")
 
 
-FUSION_GRID = [round(0.05 * i, 2) for i in range(21)]
-
-
 def _fusion_grid(held: str, index: Path, work: Path) -> dict:
-    """nDCG@10 of BM25 and of deepimpact+bm25 at every weight of FUSION_GRID on ``held``'s evaluation topics, over
+    """nDCG@10 of BM25 and of deepimpact+bm25 at every weight of WEIGHT_GRID on ``held``'s evaluation topics, over
     ``index`` (the runs of the served stages, fused as served); cached as ``work/fusion-grid.json``."""
     path = work / "fusion-grid.json"
     if path.is_file():
         return json.loads(path.read_text())
-    sys.path.insert(0, str(ROOT))
     from indexer.index_dir import Index
     from ranker import registry
     from ranker.evaluation.measures import evaluate as measure
@@ -317,7 +315,7 @@ def _fusion_grid(held: str, index: Path, work: Path) -> dict:
         return measure(run.truncated(1000), qrels, ["nDCG@10"], binary_min_rel=SOURCES[held][2])["nDCG@10"]
 
     grid = {str(w): ndcg(fuse_runs(runs, method="minmax", weights=[w, round(1 - w, 2)], depth=k,
-                                   name="deepimpact+bm25")) for w in FUSION_GRID}
+                                   name="deepimpact+bm25")) for w in WEIGHT_GRID}
     card = impact_fusion_settings(idx, FusionOptions())
     out = {"collection": held, "queries": len(queries), "bm25": ndcg(runs[1]), "grid": grid,
            "card_weights": card["weights"]}
@@ -332,7 +330,7 @@ def _mean_change(grids: list[dict], w: float) -> float:
 
 def _choose_weight(grids: list[dict]) -> tuple[float, float]:
     """The weight of the best mean relative change against BM25 over ``grids`` (ties to the weight nearest 0.5)."""
-    best = max(FUSION_GRID, key=lambda w: (round(_mean_change(grids, w), 10), -abs(w - 0.5)))
+    best = max(WEIGHT_GRID, key=lambda w: (round(_mean_change(grids, w), 10), -abs(w - 0.5)))
     return best, _mean_change(grids, best)
 
 
@@ -350,7 +348,7 @@ def fusion_loco(args) -> None:
         grids[held] = _fusion_grid(held, index, work)
         g = grids[held]
         print(f"{held}: bm25 {g['bm25']:.4f}; deepimpact+bm25 at w = " + ", ".join(
-            f"{w}: {g['grid'][str(w)]:.4f}" for w in FUSION_GRID), flush=True)
+            f"{w}: {g['grid'][str(w)]:.4f}" for w in WEIGHT_GRID), flush=True)
     if len(grids) < 3:
         print("choosing a weight by leaving one collection out needs 3 collections or more: grids only", flush=True)
         return
@@ -360,7 +358,7 @@ def fusion_loco(args) -> None:
         w, gain = _choose_weight(others)
         choices[held] = {"weight": w, "others_mean_relative_change": gain, "card_weights": grids[held]["card_weights"]}
     w_all, gain_all = _choose_weight(list(grids.values()))
-    summary = {"tag": args.tag, "collections": args.collections, "grid": FUSION_GRID, "choices": choices,
+    summary = {"tag": args.tag, "collections": args.collections, "grid": WEIGHT_GRID, "choices": choices,
                "all": {"weight": w_all, "mean_relative_change": gain_all},
                "rule": "best mean relative change of nDCG@10 against BM25 over the other collections, each scored by "
                        "its own leave-one-collection-out head; ties to the weight nearest 0.5"}

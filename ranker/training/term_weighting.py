@@ -415,10 +415,10 @@ class Training:
         is judged: its pseudo-queries are too easy to choose by (they validate at about 0.98 from the untrained head
         on), and they would outweigh the judged queries. ``sources`` draws keep the earlier recipe (each source by its
         weight). ``validate_by="sets"``: every judged source by its weight alone (self-supervised ones as above)."""
+        judged = any(s.judged is not None for s in self.sources)
         if self.config.validate_by == "sets":
-            judged = any(s.judged is not None for s in self.sources)
             return [0.0 if judged and s.judged is None else s.weight for s in self.sources]
-        judged = self.config.draws == "queries" and any(s.judged is not None for s in self.sources)
+        judged = judged and self.config.draws == "queries"
         return [0.0 if judged and s.judged is None else s.share(self.config.draws, validation=True)
                 for s in self.sources]
 
