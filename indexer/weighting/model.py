@@ -21,7 +21,8 @@ A head has a ``shape`` (in its card):
 
 A trained artifact is a directory: ``card.json`` (the model card: kind, shape, base model, data, command,
 parameters, metrics) and ``head.pt`` (the head's state_dict; the backbone is loaded from ``base_model``, any Hugging
-Face name or local path, unchanged).
+Face name or local path, unchanged). A head of several members (``"members": N`` in its card, `weir train
+--members N`) keeps them all in that one state_dict (:mod:`indexer.weighting.members`).
 """
 
 from __future__ import annotations
@@ -137,9 +138,14 @@ class TermStatistics:
         return np.stack(cols, axis=1).astype(np.float32) if cols else np.zeros((len(doc_terms), 0), np.float32)
 
 
-def make_head(kind: str, dim: int, shape: str = "free"):
+def make_head(kind: str, dim: int, shape: str = "free", members: int = 1):
+    """A head of this kind and shape; with ``members`` > 1, that many heads as one (:mod:`indexer.weighting.members`)."""
     import torch.nn as nn
 
+    if members > 1:
+        from indexer.weighting.members import Members
+
+        return Members([make_head(kind, dim, shape) for _ in range(members)], shape)
     if kind not in KINDS:
         raise InputError(f"unknown term weighting head {kind!r}; known: {', '.join(KINDS)}")
     if shape == "bm25":  # a correction of the prior: starts at output 0, factor 1
@@ -290,7 +296,8 @@ class TermWeighter:
                                              max_length=int(self.card.get("max_length", MAX_LENGTH)))
         self.features = list(self.card.get("features") or [])
         self.shape = self.card.get("shape", "free")
-        self.head = make_head(self.kind, self.backbone.dim + len(self.features), self.shape)
+        self.members = int(self.card.get("members", 1))
+        self.head = make_head(self.kind, self.backbone.dim + len(self.features), self.shape, self.members)
         self.head.load_state_dict(torch.load(self.path / HEAD, map_location="cpu", weights_only=True))
         self.head.eval()
         self.batch_size = batch_size
@@ -320,7 +327,8 @@ class TermWeighter:
         return {}
 
     def describe(self) -> dict:
-        return {"model": str(self.path), "kind": self.kind, "shape": self.shape, "card_sha256": self.card_sha256(),
+        return {"model": str(self.path), "kind": self.kind, "shape": self.shape, "members": self.members,
+                "card_sha256": self.card_sha256(),
                 "head_sha256": sha256_file(self.path / HEAD), "base_model": self.card["base_model"],
                 "max_length": self.backbone.max_length, "device": self.backbone.device}
 

@@ -78,6 +78,14 @@ class TrainingSource:
         return cls(*(p.strip() for p in parts[:3]), weight=weight, min_rel=min_rel)
 
 
+def seeds_of_members(seed: int, members: int) -> list[int]:
+    """The seeds of a model of several members that differ only in their seed (`weir train ltr|deepimpact|deepct
+    --members N`): ``seed``, ``seed + 1000``, ..."""
+    if members < 1:
+        raise InputError(f"--members must be at least 1, got {members}")
+    return [seed + 1000 * m for m in range(members)]
+
+
 def split(qids: Sequence[str], fraction: float, seed: int) -> tuple[set[str], set[str]]:
     """(training, validation) query ids: a seeded ``fraction`` of the queries held out."""
     order = sorted(set(qids))

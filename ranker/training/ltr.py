@@ -24,7 +24,7 @@ from ranker.options import PipelineOptions
 from ranker.rerankers.ltr import LTRModel, base_scores, predict_members, query_groups
 from ranker.rerankers.ltr_features import DIRECTION, FEATURES, STAGE_SCORES, FeatureExtractor
 from ranker.stage import apply_scores
-from ranker.training.common import DataSet, cross_validate, folds_of, split
+from ranker.training.common import DataSet, cross_validate, folds_of, seeds_of_members, split
 from weir.provenance import model_card, sha256_file
 from weir.trec import read_qrels, read_topics
 from weir.types import InputError, Query, Run
@@ -223,11 +223,9 @@ class TrainConfig:
 
 
 def member_seeds(config: TrainConfig) -> list[int]:
-    """The seeds of the members: ``seed``, ``seed + 1000``, ...; each member's LightGBM row and feature sampling, and
-    its inner folds (:func:`rounds_by_cv`)."""
-    if config.members < 1:
-        raise InputError(f"--members must be at least 1, got {config.members}")
-    return [config.seed + 1000 * m for m in range(config.members)]
+    """The seeds of the members (:func:`seeds_of_members`); each member's LightGBM row and feature sampling, and its
+    inner folds (:func:`rounds_by_cv`)."""
+    return seeds_of_members(config.seed, config.members)
 
 
 def _score(boosters, ex: Examples, keep: set[str], init_col: int | None = None, *,

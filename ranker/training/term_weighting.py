@@ -25,6 +25,12 @@ with ``--validate-by sets`` each judged source by its weight alone, whatever its
 head meant to carry over to collections it never saw is then kept for helping every collection, not for helping the
 largest one (leaving ArguAna out, SciFact's 162 validation queries otherwise outweigh the other four sets' 71).
 
+``--members N`` trains N heads that differ only in their seed (``--seed``, +1000, ...: the initialization and the
+draws; one split, so the same validation queries), each keeping its own best epoch, and writes them as one head
+(:mod:`indexer.weighting.members`: a BM25-shaped head's factor is the geometric mean of theirs); the first member is
+exactly the one-member head. The ``deepimpact+bm25`` weight is then chosen for the members together, and the card
+records each member's seed, epoch, validation and own weight.
+
 Heads (``--shape``, see :mod:`indexer.weighting.model`): ``bm25`` (default) multiplies a BM25-shaped prior from the
 collection being indexed by a learned factor in [1/2, 2]; ``free`` is the published recipe.
 
@@ -73,7 +79,7 @@ from indexer.weighting.model import (
 from indexer.weighting.terms import counts_query_terms, query_weights, unique_terms
 from indexer.weighting.terms import terms as text_terms
 from ranker.evaluation.measures import evaluate
-from ranker.training.common import TrainingSource
+from ranker.training.common import TrainingSource, seeds_of_members
 from ranker.training.fusion import interpolation_weight
 from weir.provenance import model_card, sha256_file
 from weir.trec import read_qrels, read_topics
@@ -112,6 +118,7 @@ class TrainConfig:
     features: list[str] = field(default_factory=list)  # lexical inputs beside the term vector: idf, tf, length
     draws: str = "queries"  # DRAWS: every training query equally likely, or every source (both times their weight)
     validate_by: str = "queries"  # VALIDATE_BY: as drawn, or every judged source by its weight alone
+    members: int = 1  # heads that differ only in their seed (init and draws), on one split; one head of their mean
     command: list[str] = field(default_factory=list)
 
     def sources(self) -> list[tuple[TrainingSource | None, str, float]]:
@@ -379,13 +386,14 @@ class Source:
 class Training:
     """The head, its optimizer, the sources, and the best epoch so far (by mean validation nDCG@10)."""
 
-    def __init__(self, config: TrainConfig, sources: list[Source], dim: int, log):
+    def __init__(self, config: TrainConfig, sources: list[Source], dim: int, log, seed: int | None = None):
         import torch
 
         self.config, self.sources, self.log = config, sources, log
         self.head = make_head(config.kind, dim + len(config.features), config.shape)
         self.opt = torch.optim.AdamW(self.head.parameters(), lr=config.lr)
-        self.rng = random.Random(config.seed)
+        self.rng_seed = config.seed if seed is None else seed
+        self.rng = random.Random(self.rng_seed)
         self.history: list[dict] = []
         self.best, self.best_state = -1.0, None
         self.search = ({"k1": DEEPCT_RESOLUTION * BM25_K1, "b": BM25_B} if config.shape == "bm25" else
@@ -422,12 +430,17 @@ class Training:
         return [0.0 if judged and s.judged is None else s.share(self.config.draws, validation=True)
                 for s in self.sources]
 
-    def end_epoch(self, epoch: int, loss: float | None, digits: int) -> None:
+    def validate(self) -> tuple[dict, float]:
+        """The head's validation measures per source, and their mean as :meth:`validation_weights` weighs them."""
         self.head.eval()
         per_source = {s.name: s.validate(self.config.kind, s.weights(self.head, self.config.shape), self.search,
                                          self.config.shape)[0]
                       for s in self.sources}
-        mean = float(np.average([m["nDCG@10"] for m in per_source.values()], weights=self.validation_weights()))
+        return per_source, float(np.average([m["nDCG@10"] for m in per_source.values()],
+                                            weights=self.validation_weights()))
+
+    def end_epoch(self, epoch: int, loss: float | None, digits: int) -> None:
+        per_source, mean = self.validate()
         self.history.append({"epoch": epoch, "loss": loss, "nDCG@10": mean, "sources": per_source})
         shown = "- (untrained)" if loss is None else f"{loss:.{digits}f}"
         self.log(f"epoch {epoch}: loss {shown}, validation nDCG@10 {mean:.4f} ("
@@ -605,20 +618,55 @@ def train(config: TrainConfig, log=print) -> dict:
     sources = [Source(judged, coll, weight, config, backbone, log,
                       config.bm25_index if len(specs) == 1 else None) for judged, coll, weight in specs]
     read = time.perf_counter()
-    t = Training(config, sources, backbone.dim, log)
-    if config.kind == "deepct" and config.shape == "free":
-        _train_deepct_recall(t)
-    else:
-        _train_ranking(t)
-    t.head.load_state_dict(t.best_state)
-    t.head.eval()
+    members = []
+    for m, seed in enumerate(seeds_of_members(config.seed, config.members)):
+        if m:  # the first member is exactly the one-member head; the others differ in their init and draws
+            log(f"member {m + 1} of {config.members} (seed {seed})")
+            torch.manual_seed(seed)
+        t = Training(config, sources, backbone.dim, log, seed)
+        if config.kind == "deepct" and config.shape == "free":
+            _train_deepct_recall(t)
+        else:
+            _train_ranking(t)
+        t.head.load_state_dict(t.best_state)
+        t.head.eval()
+        members.append(t)
+    t = members[0] if len(members) == 1 else _members(config, members, backbone.dim, log)
     card = _card(config, sources, t, backbone, read - start, time.perf_counter() - read)
     if config.kind == "deepimpact":
         card["fusion"] = _fusion(t)
         log(f"deepimpact+bm25 on validation: weights {card['fusion']['weights']} nDCG@10 "
             f"{card['fusion']['validation_nDCG@10']:.4f}")
+    if len(members) > 1:
+        card["members"] = len(members)
+        card["member_heads"] = [_member_card(config, mt) for mt in members]
     save(config.out, t.head, card)
     return card
+
+
+def _members(config: TrainConfig, members: list[Training], dim: int, log) -> Training:
+    """The members as one head (:mod:`indexer.weighting.members`), validated as one: its history is that single
+    validation, at the members' own epochs."""
+    t = Training(config, members[0].sources, dim, log)
+    t.head = make_head(config.kind, dim + len(config.features), config.shape, len(members))
+    for slot, member in zip(t.head.members, members, strict=True):
+        slot.load_state_dict(member.head.state_dict())
+    per_source, mean = t.validate()
+    epochs = [max(mt.history, key=lambda h: h["nDCG@10"])["epoch"] for mt in members]
+    t.history = [{"epoch": epochs, "loss": None, "nDCG@10": mean, "sources": per_source}]
+    log(f"{len(members)} members (epochs {epochs}): validation nDCG@10 {mean:.4f} ("
+        + ", ".join(f"{n} {v['nDCG@10']:.4f}" for n, v in per_source.items()) + ")")
+    return t
+
+
+def _member_card(config: TrainConfig, t: Training) -> dict:
+    """One member's record in its head's card: its seed, epoch and validation, and for DeepImpact the
+    ``deepimpact+bm25`` weight it alone would have (as a one-member head's card has it)."""
+    best = max(t.history, key=lambda h: h["nDCG@10"])
+    out = {"seed": t.rng_seed, "validation": dict(best), "history": t.history}
+    if config.kind == "deepimpact":
+        out["fusion"] = _fusion(t)
+    return out
 
 
 def _card(config: TrainConfig, sources: list[Source], t: Training, backbone: Backbone, read_seconds: float,

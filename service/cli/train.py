@@ -17,7 +17,7 @@ def cmd_term_weighting(args) -> int:
                          negative_depth=args.negative_depth, val_fraction=args.val_fraction, seed=args.seed,
                          bm25_index=args.bm25_index, device=args.device, command=["weir"] + args.argv,
                          features=[f.strip() for f in args.features.split(",") if f.strip()], draws=args.draws,
-                         validate_by=args.validate_by)
+                         validate_by=args.validate_by, members=args.members)
     card = train(config, log=lambda m: print(m, file=sys.stderr))
     v = card["metrics"]["validation"]
     print(f"{args.kind} -> {args.out}: validation nDCG@10 {v['nDCG@10']:.4f} (epoch {v['epoch']}, mean over "
@@ -155,6 +155,11 @@ def _add_term_weighting(tr) -> None:
                        "mean that chooses the epoch (and the deepimpact+bm25 weight) weighs the judged sources: "
                        "queries (default): as --draws says; sets: each by its WEIGHT alone, whatever its number of "
                        "queries, so that the head kept helps every collection, not mostly the largest")
+        t.add_argument("--members", type=int, default=1, help="train N heads that differ only in their seed "
+                       "(--seed, +1000, ...: their initialization and the order of their steps; the same split and "
+                       "validation queries) and write them as one head whose weight averages theirs (a BM25-shaped "
+                       "head: the geometric mean of their factors), so that the weights do not hang on one seed's "
+                       "luck; each member keeps its own best epoch (default 1; N times the training time)")
         t.set_defaults(func=cmd_term_weighting, kind=kind)
 
 

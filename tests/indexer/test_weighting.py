@@ -179,3 +179,43 @@ def test_an_untrained_bm25_shaped_deepct_head_writes_ten_times_the_term_frequenc
         assert postings[d["id"]] == {t: 10 * c for t, c in counts.items()}
     stage = DeepCTRetriever(Index(untrained_bm25_shaped))
     assert (stage.k1, stage.b) == (9.0, 0.4)  # BM25 k1 0.9 in units ten times finer: ranks as BM25 over tf
+
+
+@pytest.mark.parametrize("shape", ["bm25", "free"])
+def test_a_head_of_several_members_averages_them(tmp_path, shape):
+    """`weir train --members N` writes N heads as one: a BM25-shaped head multiplies its prior by the geometric mean of
+    the members' factors (so still within [1/2, 2], and exactly 1 when every member is untrained); a free head's
+    weight is the mean of theirs. Checked against each member run alone, through the saved artifact."""
+    import torch
+
+    from indexer.weighting.model import Backbone, TermWeighter, factor, make_head, save
+
+    backbone = Backbone(max_length=32)
+    torch.manual_seed(3)
+    heads = [make_head("deepimpact", backbone.dim, shape) for _ in range(3)]
+    for h in heads:  # trained-looking members: the BM25 shape's last layer starts at zero
+        torch.nn.init.normal_(h[2].weight, std=0.5)
+    joined = make_head("deepimpact", backbone.dim, shape, members=3)
+    for slot, h in zip(joined.members, heads, strict=True):
+        slot.load_state_dict(h.state_dict())
+    card = {"kind": "deepimpact", "shape": shape, "base_model": "all-MiniLM-L6-v2", "max_length": 32, "members": 3}
+    model = TermWeighter(save(tmp_path / "m", joined, card), backbone=backbone)
+    assert model.members == 3 and model.describe()["members"] == 3
+
+    vectors = np.random.default_rng(0).normal(size=(50, backbone.dim)).astype(np.float32)
+    prior = np.random.default_rng(1).uniform(0.1, 3.0, size=50)
+    with torch.inference_mode():
+        outputs = np.stack([h(torch.from_numpy(vectors)).squeeze(-1).numpy().astype(np.float64) for h in heads])
+    got = model.apply(vectors, prior=prior if shape == "bm25" else None)
+    if shape == "bm25":
+        want = prior * np.exp(np.log(factor(outputs)).mean(axis=0))
+        assert np.all(got >= prior / 2 * (1 - 1e-6)) and np.all(got <= prior * 2 * (1 + 1e-6))
+        assert np.ptp(np.log(factor(outputs)), axis=0).max() > 0.1  # the members do disagree
+    else:
+        want = outputs.mean(axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+    if shape == "bm25":  # untrained members: the prior exactly
+        untrained = make_head("deepimpact", backbone.dim, shape, members=3)
+        model = TermWeighter(save(tmp_path / "u", untrained, card), backbone=backbone)
+        assert np.array_equal(model.apply(vectors, prior=prior), prior.astype(np.float32))

@@ -1,5 +1,6 @@
 """Term weighting training: both heads in both shapes write a model card; several training sets are read and drawn
-by their weights (per source or per query); self-supervised pseudo-queries are deterministic and ask for what the
+by their weights (per source or per query); a head of several members differs in its seeds only; self-supervised
+pseudo-queries are deterministic and ask for what the
 passage says elsewhere."""
 
 from __future__ import annotations
@@ -28,6 +29,35 @@ def test_training_writes_a_model_card(learned_tiny, tmp_path, monkeypatch, kind,
     assert epochs == ([0, 1, 2] if shape == "bm25" else [1, 2])  # the BM25 shape's untrained head is a candidate
     assert saved["metrics"]["validation"]["epoch"] in epochs and card["parameters"]["seed"] == 13
     assert (kind == "deepimpact") == ("fusion" in saved)
+
+
+def test_members_differ_in_their_seed_only_and_the_first_is_the_one_member_head(learned_tiny, tmp_path, monkeypatch):
+    """`--members 2`: two heads on one split, seeds 13 and 1013; the first is bit for bit the head `--members 1`
+    trains; the card records each member's seed, epoch, validation and own deepimpact+bm25 weight."""
+    import torch
+
+    from ranker.training.term_weighting import TrainConfig, train
+
+    monkeypatch.setenv("WEIR_CACHE", str(tmp_path / "cache"))
+    coll, _, _ = learned_tiny
+    cards, states = {}, {}
+    for members in (1, 2):
+        out = tmp_path / f"m{members}"
+        cards[members] = train(TrainConfig(kind="deepimpact", collection=str(coll), queries=str(coll / "queries.tsv"),
+                                           qrels=str(coll / "qrels.txt"), out=str(out), epochs=2, negatives=2,
+                                           val_fraction=0.34, max_length=32, members=members), log=lambda m: None)
+        states[members] = torch.load(out / "head.pt", weights_only=True)
+    one, two = cards[1], cards[2]
+    assert "members" not in one and two["members"] == 2
+    assert [m["seed"] for m in two["member_heads"]] == [13, 1013]
+    first = {k.removeprefix("members.0."): v for k, v in states[2].items() if k.startswith("members.0.")}
+    assert first.keys() == states[1].keys() and all(torch.equal(first[k], states[1][k]) for k in first)
+    second = {k.removeprefix("members.1."): v for k, v in states[2].items() if k.startswith("members.1.")}
+    assert not torch.equal(second["0.weight"], first["0.weight"])  # another initialization
+    assert two["member_heads"][0]["history"] == one["metrics"]["history"]
+    assert two["member_heads"][0]["fusion"]["weights"] == one["fusion"]["weights"]
+    assert two["metrics"]["validation"]["epoch"] == [m["validation"]["epoch"] for m in two["member_heads"]]
+    assert set(two["fusion"]) >= {"weights", "grid"}
 
 
 def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_path, monkeypatch):
