@@ -19,7 +19,8 @@ Commands (each step a `weir` process; everything under --work, reused when there
   variant;
 - ``self``: for the collections given, the leave-one-out sources plus ``--self-supervised X`` (pseudo-queries from X),
   evaluated the same way, beside the leave-one-out head of X (``--kinds``: the heads adapted, the others stay the
-  leave-one-out heads);
+  leave-one-out heads: the variant's own or those of ``--reuse``, trained when ``--reuse`` names them, left out of the
+  experiment when neither has them);
 - ``final``: heads trained on every source (the shipped defaults, ``--out-dir``), and SciFact test with them;
 - ``table``: the tables of everything run so far (Markdown);
 - ``ltr-loco``: for each collection X, an LTR model trained on the other collections' hybrid top-100 (their
@@ -35,6 +36,13 @@ Commands (each step a `weir` process; everything under --work, reused when there
   own leave-one-out head), ties to the weight nearest 0.5; `weir experiment` then measures X at that weight beside the
   weight of its head's card (chosen on the training sets' validation queries). The weight best over all six collections
   is printed too: the candidate for a head trained on all six (stop 25 kept the card's: ``models/RESULTS.md``).
+
+- ``epochs``: training side only, no held-out figure: each leave-one-out DeepImpact head's judged validation sets,
+  epoch by epoch against the untrained head, and the epoch each rule would keep (``queries``, the shipped one;
+  ``sets``; ``worst``: only an epoch that raises every set), for the variant's heads and the one under --out-dir.
+
+- ``members``: each member of the variant's leave-one-out heads of several members (``--train-args "--members
+  N"``) written as a head of its own (``loco-TAG.mM``), for ``fusion-loco --tag TAG.mM`` to measure it alone.
 
 ``--self-supervise-training`` adds, to every head, pseudo-queries of each of its training collections (``weir train
 --self-supervised C`` for every source C it trains on; the collection left out still contributes nothing): query
@@ -101,16 +109,19 @@ def train(kind: str, out: Path, names: list[str], args, extra: list[str] = (), l
 
 
 def evaluate(name: str, models: dict[str, Path], work: Path) -> dict:
-    """Index ``name`` with these heads and run the experiment; the experiment's record."""
+    """Index ``name`` with these heads (deepct, deepimpact, or both) and run the experiment of the pipelines that use
+    them; the experiment's record."""
     index, exp = work / "index", work / "experiment"
     c = COLLECTIONS / name
+    kinds = [k for k in ("deepct", "deepimpact") if k in models]
     if not (index / "manifest.json").is_file():
-        run(WEIR + ["index", "build", "--collection", str(c), "--out", str(index), "--with", "bm25,deepct,deepimpact",
-                    "--deepct-model", str(models["deepct"]), "--deepimpact-model", str(models["deepimpact"]),
-                    "--overwrite", "--skip-empty"], work / "build.log")
+        heads = [a for k in kinds for a in (f"--{k}-model", str(models[k]))]
+        run(WEIR + ["index", "build", "--collection", str(c), "--out", str(index), "--with", ",".join(["bm25", *kinds]),
+                    *heads, "--overwrite", "--skip-empty"], work / "build.log")
+    pipelines = ",".join(p for p in PIPELINES.split(",") if p.split("+")[0] in ("bm25", *kinds))
     if not (exp / "results.json").is_file():
         run(WEIR + ["experiment", "--index", str(index), "--topics", str(c / "queries.tsv"), "--qrels",
-                    str(c / "qrels.txt"), "--pipelines", PIPELINES, "--measures", "nDCG@10,R@100", "--out", str(exp)]
+                    str(c / "qrels.txt"), "--pipelines", pipelines, "--measures", "nDCG@10,R@100", "--out", str(exp)]
             + SOURCES[name][3], work / "experiment.log")
     return json.loads((exp / "results.json").read_text())
 
@@ -275,7 +286,8 @@ def self_supervised(args) -> None:
         extra = ["--self-supervised", str(COLLECTIONS / held)]
         models = {k: train(k, work / k, others, args, args.train_args.split() + extra) if k in args.kinds
                   else train(k, loco_head(held, k, args), others, args)  # not adapted: the leave-one-out head
-                  for k in ("deepct", "deepimpact")}
+                  for k in ("deepct", "deepimpact")
+                  if k in args.kinds or args.reuse or (loco_head(held, k, args) / "card.json").is_file()}
         evaluate(held, models, work)
 
 
@@ -334,6 +346,68 @@ def _choose_weight(grids: list[dict]) -> tuple[float, float]:
     return best, _mean_change(grids, best)
 
 
+def _epoch_rules(card: dict) -> dict:
+    """The epoch each validation rule keeps, from a head's recorded history (judged sets only): ``queries`` (the mean
+    over validation queries, as recorded), ``sets`` (every set alike) and ``worst`` (the best smallest relative change
+    over the sets against the untrained head, epoch 0: an epoch is kept only if it raises every set). Ties go to the
+    earlier epoch, as in training."""
+    history = card["metrics"]["history"]
+    judged = [d["collection"] for d in card["training_data"] if "qrels" in d]
+    base = {n: history[0]["sources"][n]["nDCG@10"] for n in judged}
+
+    def change(h: dict) -> dict:
+        return {n: h["sources"][n]["nDCG@10"] / base[n] - 1 for n in judged}
+
+    rules = {"queries": lambda h: h["nDCG@10"],
+             "sets": lambda h: sum(h["sources"][n]["nDCG@10"] for n in judged) / len(judged),
+             "worst": lambda h: min(change(h).values())}
+    kept = {r: max(history, key=lambda h, f=f: (round(f(h), 10), -h["epoch"]))["epoch"] for r, f in rules.items()}
+    return {"kept": kept, "changes": [change(h) for h in history],
+            "validation_queries": {d["collection"]: d["validation_queries"] for d in card["training_data"]}}
+
+
+def members(args) -> None:
+    """Each member of the variant's leave-one-out DeepImpact heads (`weir train --members N`) as a head of its own,
+    under ``loco-TAG.mM``: its weights, and the card with its own epoch, validation and ``deepimpact+bm25`` weight, so
+    that ``fusion-loco --tag TAG.mM`` measures it alone."""
+    import torch
+
+    for held in args.collections:
+        head = args.work / f"loco-{args.tag}" / held / "deepimpact"
+        card = json.loads((head / "card.json").read_text())
+        state = torch.load(head / "head.pt", map_location="cpu", weights_only=True)
+        for m, member in enumerate(card.get("member_heads", [])):
+            out = args.work / f"loco-{args.tag}.m{m}" / held / "deepimpact"
+            if (out / "card.json").is_file():
+                continue
+            out.mkdir(parents=True, exist_ok=True)
+            prefix = f"members.{m}."
+            torch.save({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}, out / "head.pt")
+            own = {k: v for k, v in card.items() if k not in ("members", "member_heads", "head_sha256")}
+            own.update({"fusion": member["fusion"], "metrics": {"validation": member["validation"],
+                                                                 "history": member["history"]},
+                        "member_of": str(head), "member": m, "seed": member["seed"]})
+            (out / "card.json").write_text(json.dumps(own, indent=1))
+            print(f"{held}: member {m} (seed {member['seed']}) -> {out}", flush=True)
+
+
+def epochs(args) -> None:
+    """Training side only: for each leave-one-out DeepImpact head of the variant, and the head under --out-dir, the
+    judged sets' validation nDCG@10 of every epoch against the untrained head's, and the epoch each rule keeps."""
+    heads = [(f"{held} left out", args.work / f"loco-{args.tag}" / held / "deepimpact") for held in args.collections]
+    heads.append(("trained on all", Path(args.out_dir) / "deepimpact"))
+    for label, head in heads:
+        if not (head / "card.json").is_file():
+            continue
+        rules = _epoch_rules(json.loads((head / "card.json").read_text()))
+        sizes = ", ".join(f"{n} {v}" for n, v in rules["validation_queries"].items())
+        print(f"{label} ({head}); validation queries: {sizes}")
+        for e, ch in enumerate(rules["changes"]):
+            print(f"  epoch {e}: " + ", ".join(f"{n} {v:+.1%}" for n, v in ch.items())
+                  + f"; smallest {min(ch.values()):+.1%}")
+        print("  kept: " + ", ".join(f"{r} {e}" for r, e in rules["kept"].items()), flush=True)
+
+
 def fusion_loco(args) -> None:
     grids = {}
     for held in args.collections:
@@ -389,6 +463,8 @@ def _row(record: dict) -> dict:
     base = systems["bm25"]["means"]["nDCG@10"]
     out = {"bm25": base}
     for name in PIPELINES.split(",")[1:]:
+        if name not in systems:  # an experiment of one kind of head only (`self --kinds deepimpact`)
+            continue
         value = systems[name]["means"]["nDCG@10"]
         t = tests[name]
         out[name] = (value, (value - base) / base, t["p_holm"], t["significant"])
@@ -419,6 +495,9 @@ def table(args) -> None:
             row = _row(json.loads(results.read_text()))
             cells = []
             for name in PIPELINES.split(",")[1:]:
+                if name not in row:
+                    cells.append("-")
+                    continue
                 value, rel, p, sig = row[name]
                 mark = (" ↑" if rel > 0 else " ↓") if sig else ""
                 cells.append(f"{value:.4f} ({rel:+.1%}, p {p:.3f}){mark}")
@@ -429,7 +508,7 @@ def table(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=("cache", "loco", "self", "final", "table", "ltr-loco", "ltr-final",
-                                        "ltr-sweep", "fusion-loco"))
+                                        "ltr-sweep", "fusion-loco", "epochs", "members"))
     ap.add_argument("--indexes", type=Path, default=ROOT / "indexes", help="ltr: an index (bm25, dense) per "
                     "collection, named after it")
     ap.add_argument("--ltr-args", default="", help="ltr: options of `weir train ltr` for the variant")
@@ -454,7 +533,8 @@ def main() -> None:
     args.kinds = [k for k in args.kinds.split(",") if k]
     args.tag = args.tag or args.shape
     {"cache": cache, "loco": loco, "self": self_supervised, "final": final, "table": table, "ltr-loco": ltr_loco,
-     "ltr-final": ltr_final, "ltr-sweep": ltr_sweep, "fusion-loco": fusion_loco}[args.command](args)
+     "ltr-final": ltr_final, "ltr-sweep": ltr_sweep, "fusion-loco": fusion_loco,
+     "epochs": epochs, "members": members}[args.command](args)
 
 
 if __name__ == "__main__":
