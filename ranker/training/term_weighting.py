@@ -610,6 +610,7 @@ def train(config: TrainConfig, log=print) -> dict:
     if unknown:
         raise InputError(f"unknown term feature(s) {', '.join(unknown)}; known: {', '.join(FEATURES)}")
     specs = config.sources()
+    seeds = seeds_of_members(config.seed, config.members)  # refuses --members below 1 before anything is read
     random.seed(config.seed)
     np.random.seed(config.seed)
     torch.manual_seed(config.seed)
@@ -619,7 +620,7 @@ def train(config: TrainConfig, log=print) -> dict:
                       config.bm25_index if len(specs) == 1 else None) for judged, coll, weight in specs]
     read = time.perf_counter()
     members = []
-    for m, seed in enumerate(seeds_of_members(config.seed, config.members)):
+    for m, seed in enumerate(seeds):
         if m:  # the first member is exactly the one-member head; the others differ in their init and draws
             log(f"member {m + 1} of {config.members} (seed {seed})")
             torch.manual_seed(seed)

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from weir.types import Document
+from weir.types import Document, InputError
 
 
 @pytest.mark.parametrize("kind", ["deepct", "deepimpact"])
@@ -58,6 +58,9 @@ def test_members_differ_in_their_seed_only_and_the_first_is_the_one_member_head(
     assert two["member_heads"][0]["fusion"]["weights"] == one["fusion"]["weights"]
     assert two["metrics"]["validation"]["epoch"] == [m["validation"]["epoch"] for m in two["member_heads"]]
     assert set(two["fusion"]) >= {"weights", "grid"}
+    with pytest.raises(InputError, match="--members"):
+        train(TrainConfig(kind="deepimpact", collection=str(coll), queries=str(coll / "queries.tsv"),
+                          qrels=str(coll / "qrels.txt"), out=str(tmp_path / "m0"), members=0), log=lambda m: None)
 
 
 def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_path, monkeypatch):
