@@ -386,12 +386,14 @@ class Source:
 class Training:
     """The head, its optimizer, the sources, and the best epoch so far (by mean validation nDCG@10)."""
 
-    def __init__(self, config: TrainConfig, sources: list[Source], dim: int, log, seed: int | None = None):
+    def __init__(self, config: TrainConfig, sources: list[Source], dim: int, log, seed: int | None = None,
+                 head=None):
+        """A new head to train, or ``head`` (already trained: to validate, no optimizer)."""
         import torch
 
         self.config, self.sources, self.log = config, sources, log
-        self.head = make_head(config.kind, dim + len(config.features), config.shape)
-        self.opt = torch.optim.AdamW(self.head.parameters(), lr=config.lr)
+        self.head = head if head is not None else make_head(config.kind, dim + len(config.features), config.shape)
+        self.opt = None if head is not None else torch.optim.AdamW(self.head.parameters(), lr=config.lr)
         self.rng_seed = config.seed if seed is None else seed
         self.rng = random.Random(self.rng_seed)
         self.history: list[dict] = []
@@ -429,6 +431,10 @@ class Training:
         judged = judged and self.config.draws == "queries"
         return [0.0 if judged and s.judged is None else s.share(self.config.draws, validation=True)
                 for s in self.sources]
+
+    def kept(self) -> dict:
+        """The history entry of the epoch kept: the best validation mean, the earliest of equals."""
+        return max(self.history, key=lambda h: h["nDCG@10"])
 
     def validate(self) -> tuple[dict, float]:
         """The head's validation measures per source, and their mean as :meth:`validation_weights` weighs them."""
@@ -648,12 +654,12 @@ def train(config: TrainConfig, log=print) -> dict:
 def _members(config: TrainConfig, members: list[Training], dim: int, log) -> Training:
     """The members as one head (:mod:`indexer.weighting.members`), validated as one: its history is that single
     validation, at the members' own epochs."""
-    t = Training(config, members[0].sources, dim, log)
-    t.head = make_head(config.kind, dim + len(config.features), config.shape, len(members))
-    for slot, member in zip(t.head.members, members, strict=True):
+    head = make_head(config.kind, dim + len(config.features), config.shape, len(members))
+    for slot, member in zip(head.members, members, strict=True):
         slot.load_state_dict(member.head.state_dict())
+    t = Training(config, members[0].sources, dim, log, head=head)
     per_source, mean = t.validate()
-    epochs = [max(mt.history, key=lambda h: h["nDCG@10"])["epoch"] for mt in members]
+    epochs = [mt.kept()["epoch"] for mt in members]
     t.history = [{"epoch": epochs, "loss": None, "nDCG@10": mean, "sources": per_source}]
     log(f"{len(members)} members (epochs {epochs}): validation nDCG@10 {mean:.4f} ("
         + ", ".join(f"{n} {v['nDCG@10']:.4f}" for n, v in per_source.items()) + ")")
@@ -663,8 +669,7 @@ def _members(config: TrainConfig, members: list[Training], dim: int, log) -> Tra
 def _member_card(config: TrainConfig, t: Training) -> dict:
     """One member's record in its head's card: its seed, epoch and validation, and for DeepImpact the
     ``deepimpact+bm25`` weight it alone would have (as a one-member head's card has it)."""
-    best = max(t.history, key=lambda h: h["nDCG@10"])
-    out = {"seed": t.rng_seed, "validation": dict(best), "history": t.history}
+    out = {"seed": t.rng_seed, "validation": dict(t.kept()), "history": t.history}
     if config.kind == "deepimpact":
         out["fusion"] = _fusion(t)
     return out
@@ -693,7 +698,6 @@ def _card(config: TrainConfig, sources: list[Source], t: Training, backbone: Bac
         collections=[s.coll.name for s in sources],
         tokenization="indexer.weighting.terms (words [^\\W_]+, Anserini English analyzer: lowercase, stopwords, "
                      "Porter), shared by documents and queries")
-    best = max(t.history, key=lambda h: h["nDCG@10"])
-    card["metrics"] = {"validation": dict(best), "history": t.history}
+    card["metrics"] = {"validation": dict(t.kept()), "history": t.history}
     card["timing"] = {"encode_seconds": round(read_seconds, 1), "train_seconds": round(train_seconds, 1)}
     return card
