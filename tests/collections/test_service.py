@@ -1,11 +1,12 @@
 """The gRPC service over ADI on loopback, as callers use it: answers with text and timings, reranking with its own
 depth, and under concurrency exactly the answers of sequential calls (8 callers, 2,000 calls per workload, 400 for
 the attention reranker alone and with the LTR model stacked on it, whose calls took 13 times as long as BM25's in
-the suite, and 400 for an LTR model of several members; 0 errors), a pipeline built once however many callers ask
-for it first."""
+the suite, and 400 for an LTR model of several members; 0 errors; also over an index built with a DeepImpact head of
+several members), a pipeline built once however many callers ask for it first."""
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -131,6 +132,37 @@ def test_concurrent_callers_of_a_model_of_several_members_get_sequential_answers
     (micro-batched), every answer is the sequential one."""
     _concurrent_answers_are_sequential_answers(members_ltr_server, "hybrid>>ltr", 10, 20, False,
                                                calls=RERANKED_CALLS["hybrid>>ltr[members]"])
+
+
+@pytest.fixture(scope="module")
+def members_impact_server(tmp_path_factory):
+    """A server over ADI indexed with a DeepImpact head of 2 members (`weir train deepimpact --members 2`, trained
+    here on ADI for 2 epochs): its ``deepimpact+bm25`` takes its weights from that head's card."""
+    from indexer.build import build_index
+    from ranker.training.term_weighting import TrainConfig, train
+
+    root = tmp_path_factory.mktemp("deepimpact-members")
+    adi = collection("adi")
+    judged = f"{adi}:{adi / 'queries.tsv'}:{adi / 'qrels.txt'}"
+    card = train(TrainConfig(kind="deepimpact", out=str(root / "head"), train=[judged], epochs=2, members=2),
+                 log=lambda m: None)
+    assert card["members"] == 2
+    build_index(adi, root / "index", components=("bm25", "deepimpact"),
+                learned={"deepimpact_model": str(root / "head")})
+    manifest = json.loads((root / "index" / "manifest.json").read_text())
+    assert manifest["components"]["deepimpact"]["model"]["members"] == 2
+    config = ServiceConfig.load(index=str(root / "index"), port=0, verify_checksums=False,
+                                pipelines=["bm25", "deepimpact", "deepimpact+bm25"])
+    with BackgroundServer(config) as s:
+        yield s
+
+
+@pytest.mark.parametrize("pipeline", ["deepimpact", "deepimpact+bm25"])
+def test_concurrent_callers_of_an_index_of_a_head_of_several_members_get_sequential_answers(members_impact_server,
+                                                                                            pipeline):
+    """An index whose impacts come from a head of several members is served like any impact index: under 8 callers
+    (micro-batched), every answer is the sequential one."""
+    _concurrent_answers_are_sequential_answers(members_impact_server, pipeline, 10, 0, False)
 
 
 def _concurrent_answers_are_sequential_answers(server, pipeline, k, depth, include_text, calls=None):
