@@ -22,7 +22,8 @@ A head has a ``shape`` (in its card):
 A trained artifact is a directory: ``card.json`` (the model card: kind, shape, base model, data, command,
 parameters, metrics) and ``head.pt`` (the head's state_dict; the backbone is loaded from ``base_model``, any Hugging
 Face name or local path, unchanged). A head of several members (``"members": N`` in its card, `weir train
---members N`) keeps them all in that one state_dict (:mod:`indexer.weighting.members`).
+--members N`) keeps them all in that one state_dict (:mod:`indexer.weighting.members`); ``"shrink": {"tau2": ...}``
+in its card shrinks their mean correction towards the prior by their disagreement (`weir train --shrink`).
 """
 
 from __future__ import annotations
@@ -138,14 +139,17 @@ class TermStatistics:
         return np.stack(cols, axis=1).astype(np.float32) if cols else np.zeros((len(doc_terms), 0), np.float32)
 
 
-def make_head(kind: str, dim: int, shape: str = "free", members: int = 1):
-    """A head of this kind and shape; with ``members`` > 1, that many heads as one (:mod:`indexer.weighting.members`)."""
+def make_head(kind: str, dim: int, shape: str = "free", members: int = 1, shrink: float | None = None):
+    """A head of this kind and shape; with ``members`` > 1, that many heads as one (:mod:`indexer.weighting.members`),
+    their mean correction shrunk towards the prior by their disagreement when ``shrink`` (tau2) is given."""
     import torch.nn as nn
 
     if members > 1:
         from indexer.weighting.members import Members
 
-        return Members([make_head(kind, dim, shape) for _ in range(members)], shape)
+        return Members([make_head(kind, dim, shape) for _ in range(members)], shape, shrink)
+    if shrink is not None:
+        raise InputError("shrinking a head towards its prior needs 2 members or more")
     if kind not in KINDS:
         raise InputError(f"unknown term weighting head {kind!r}; known: {', '.join(KINDS)}")
     if shape == "bm25":  # a correction of the prior: starts at output 0, factor 1
@@ -297,7 +301,9 @@ class TermWeighter:
         self.features = list(self.card.get("features") or [])
         self.shape = self.card.get("shape", "free")
         self.members = int(self.card.get("members", 1))
-        self.head = make_head(self.kind, self.backbone.dim + len(self.features), self.shape, self.members)
+        self.shrink = (self.card.get("shrink") or {}).get("tau2")
+        self.head = make_head(self.kind, self.backbone.dim + len(self.features), self.shape, self.members,
+                              self.shrink)
         self.head.load_state_dict(torch.load(self.path / HEAD, map_location="cpu", weights_only=True))
         self.head.eval()
         self.batch_size = batch_size
@@ -328,6 +334,7 @@ class TermWeighter:
 
     def describe(self) -> dict:
         return {"model": str(self.path), "kind": self.kind, "shape": self.shape, "members": self.members,
+                "shrink": self.shrink,
                 "card_sha256": self.card_sha256(),
                 "head_sha256": sha256_file(self.path / HEAD), "base_model": self.card["base_model"],
                 "max_length": self.backbone.max_length, "device": self.backbone.device}

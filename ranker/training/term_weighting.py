@@ -119,6 +119,7 @@ class TrainConfig:
     draws: str = "queries"  # DRAWS: every training query equally likely, or every source (both times their weight)
     validate_by: str = "queries"  # VALIDATE_BY: as drawn, or every judged source by its weight alone
     members: int = 1  # heads that differ only in their seed (init and draws), on one split; one head of their mean
+    shrink: bool = False  # the members' mean correction shrunk towards the prior by their disagreement
     command: list[str] = field(default_factory=list)
 
     def sources(self) -> list[tuple[TrainingSource | None, str, float]]:
@@ -398,6 +399,7 @@ class Training:
         self.rng = random.Random(self.rng_seed)
         self.history: list[dict] = []
         self.best, self.best_state = -1.0, None
+        self.shrinkage: dict | None = None  # a head of members shrunk towards its prior (--shrink): how, for the card
         self.search = ({"k1": DEEPCT_RESOLUTION * BM25_K1, "b": BM25_B} if config.shape == "bm25" else
                        {"k1": 10.0, "b": 0.9}) if config.kind == "deepct" else {}
 
@@ -617,6 +619,9 @@ def train(config: TrainConfig, log=print) -> dict:
         raise InputError(f"unknown term feature(s) {', '.join(unknown)}; known: {', '.join(FEATURES)}")
     specs = config.sources()
     seeds = seeds_of_members(config.seed, config.members)  # refuses --members below 1 before anything is read
+    if config.shrink and (config.members < 2 or config.shape != "bm25"):
+        raise InputError("--shrink needs --members 2 or more and --shape bm25 (it shrinks the members' mean "
+                         "correction towards the BM25 prior)")
     random.seed(config.seed)
     np.random.seed(config.seed)
     torch.manual_seed(config.seed)
@@ -647,6 +652,8 @@ def train(config: TrainConfig, log=print) -> dict:
     if len(members) > 1:
         card["members"] = len(members)
         card["member_heads"] = [_member_card(config, mt) for mt in members]
+        if t.shrinkage is not None:
+            card["shrink"] = t.shrinkage
     save(config.out, t.head, card)
     return card
 
@@ -657,13 +664,39 @@ def _members(config: TrainConfig, members: list[Training], dim: int, log) -> Tra
     head = make_head(config.kind, dim + len(config.features), config.shape, len(members))
     for slot, member in zip(head.members, members, strict=True):
         slot.load_state_dict(member.head.state_dict())
+    shrinkage = None
+    if config.shrink:
+        from indexer.weighting.members import shrinkage_prior
+
+        rng = np.random.default_rng(config.seed)
+        shrinkage = shrinkage_prior(np.concatenate([_member_logs(head, s, rng) for s in members[0].sources], axis=1))
+        shrinkage["estimated_on"] = (f"the members' log-factors of at most {SHRINK_ROWS:,} term rows (a seeded "
+                                     "sample) of each training collection")
+        head.shrink = shrinkage["tau2"]
+        log(f"shrinkage towards the prior: tau2 {shrinkage['tau2']:.5f} over {shrinkage['rows']:,} term rows, "
+            f"mean coefficient {shrinkage['mean_coefficient']:.3f}")
     t = Training(config, members[0].sources, dim, log, head=head)
+    t.shrinkage = shrinkage
     per_source, mean = t.validate()
     epochs = [mt.kept()["epoch"] for mt in members]
     t.history = [{"epoch": epochs, "loss": None, "nDCG@10": mean, "sources": per_source}]
     log(f"{len(members)} members (epochs {epochs}): validation nDCG@10 {mean:.4f} ("
         + ", ".join(f"{n} {v['nDCG@10']:.4f}" for n, v in per_source.items()) + ")")
     return t
+
+
+SHRINK_ROWS = 100_000  # term rows per training collection that estimate the shrinkage prior (tau2)
+
+
+def _member_logs(head, s: Source, rng) -> np.ndarray:
+    """(members, rows) the members' log-factors of a seeded sample of ``s``'s term rows."""
+    import torch
+
+    n = len(s.tv.data)
+    rows = np.sort(rng.choice(n, SHRINK_ROWS, replace=False)) if n > SHRINK_ROWS else np.arange(n)
+    with torch.inference_mode():
+        return np.concatenate([head.log_factors(s.x(rows[i:i + 65536])).numpy()
+                               for i in range(0, len(rows), 65536)], axis=1)
 
 
 def _member_card(config: TrainConfig, t: Training) -> dict:

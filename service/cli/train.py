@@ -17,7 +17,7 @@ def cmd_term_weighting(args) -> int:
                          negative_depth=args.negative_depth, val_fraction=args.val_fraction, seed=args.seed,
                          bm25_index=args.bm25_index, device=args.device, command=["weir"] + args.argv,
                          features=[f.strip() for f in args.features.split(",") if f.strip()], draws=args.draws,
-                         validate_by=args.validate_by, members=args.members)
+                         validate_by=args.validate_by, members=args.members, shrink=args.shrink)
     card = train(config, log=lambda m: print(m, file=sys.stderr))
     v = card["metrics"]["validation"]
     print(f"{args.kind} -> {args.out}: validation nDCG@10 {v['nDCG@10']:.4f} (epoch {v['epoch']}, mean over "
@@ -160,6 +160,11 @@ def _add_term_weighting(tr) -> None:
                        "validation queries) and write them as one head whose weight averages theirs (a BM25-shaped "
                        "head: the geometric mean of their factors), so that the weights do not hang on one seed's "
                        "luck; each member keeps its own best epoch (default 1; N times the training time)")
+        t.add_argument("--shrink", action="store_true", help="with --members 2 or more and the bm25 shape: shrink "
+                       "each term's mean correction towards the BM25 prior by how much the members disagree on it "
+                       "(empirical Bayes: the correction's variance over the training collections' terms, written "
+                       "on the card, against the members' variance on the term), so that a term unlike the training "
+                       "data keeps its BM25 weight")
         t.set_defaults(func=cmd_term_weighting, kind=kind)
 
 

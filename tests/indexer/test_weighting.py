@@ -219,3 +219,56 @@ def test_a_head_of_several_members_averages_them(tmp_path, shape):
         untrained = make_head("deepimpact", backbone.dim, shape, members=3)
         model = TermWeighter(save(tmp_path / "u", untrained, card), backbone=backbone)
         assert np.array_equal(model.apply(vectors, prior=prior), prior.astype(np.float32))
+
+
+def test_members_shrunk_towards_the_prior_by_their_disagreement(tmp_path):
+    """`weir train --members N --shrink`: each term's mean log-factor m is kept in the share tau2 / (tau2 + v) of it,
+    v the members' variance on that term over N; members that agree keep the geometric mean, tau2 = 0 gives the prior
+    exactly. Through the saved artifact, against numpy."""
+    import torch
+
+    from indexer.weighting.members import shrinkage_prior
+    from indexer.weighting.model import Backbone, TermWeighter, factor, make_head, save
+    from weir.types import InputError
+
+    backbone = Backbone(max_length=32)
+    torch.manual_seed(5)
+    heads = [make_head("deepimpact", backbone.dim, "bm25") for _ in range(3)]
+    for h in heads:
+        torch.nn.init.normal_(h[2].weight, std=0.5)
+    vectors = np.random.default_rng(0).normal(size=(60, backbone.dim)).astype(np.float32)
+    prior = np.random.default_rng(1).uniform(0.1, 3.0, size=60)
+    with torch.inference_mode():
+        outputs = np.stack([h(torch.from_numpy(vectors)).squeeze(-1).numpy().astype(np.float64) for h in heads])
+    logs = np.log(factor(outputs))
+
+    def artifact(name, members, tau2):
+        joined = make_head("deepimpact", backbone.dim, "bm25", members=len(members))
+        for slot, h in zip(joined.members, members, strict=True):
+            slot.load_state_dict(h.state_dict())
+        card = {"kind": "deepimpact", "shape": "bm25", "base_model": "all-MiniLM-L6-v2", "max_length": 32,
+                "members": len(members), "shrink": {"tau2": tau2}}
+        return TermWeighter(save(tmp_path / name, joined, card), backbone=backbone)
+
+    tau2 = 0.01
+    model = artifact("s", heads, tau2)
+    assert model.describe()["shrink"] == tau2
+    v = logs.var(axis=0, ddof=1) / 3
+    want = prior * np.exp(logs.mean(axis=0) * tau2 / (tau2 + v))
+    np.testing.assert_allclose(model.apply(vectors, prior=prior), want, rtol=1e-5, atol=1e-6)
+    kept = tau2 / (tau2 + v)
+    assert kept.min() < 0.5 < kept.max() <= 1  # the terms they disagree on fall back towards the prior, not all alike
+
+    same = artifact("a", [heads[0]] * 3, tau2)  # members that agree: their mean, unshrunk
+    np.testing.assert_allclose(same.apply(vectors, prior=prior), prior * factor(outputs[0]), rtol=1e-5, atol=1e-6)
+    none = artifact("z", heads, 0.0)  # no spread of true corrections: the prior itself
+    np.testing.assert_allclose(none.apply(vectors, prior=prior), prior, rtol=1e-6)
+
+    # tau2 by the method of moments: true corrections of variance 0.04 seen by 3 members with noise of variance 0.03
+    rng = np.random.default_rng(7)
+    true = rng.normal(0, 0.2, size=200_000)
+    record = shrinkage_prior(true + rng.normal(0, np.sqrt(0.03), size=(3, true.size)))
+    assert record["tau2"] == pytest.approx(0.04, rel=0.03) and record["rows"] == true.size
+    assert record["mean_noise_variance"] == pytest.approx(0.01, rel=0.03)
+    with pytest.raises(InputError, match="2 members"):
+        make_head("deepimpact", backbone.dim, "bm25", members=1, shrink=0.01)

@@ -114,3 +114,36 @@ def test_pseudo_queries_are_deterministic_and_leave_their_words_out():
     sentence = next(i for i in first if i.positives == {"b"})
     assert not set(sentence.rest[0]) & {"coffe", "stimul", "drink"} or not set(sentence.rest[0]) & {"caffein", "block"}
     assert [i.text for i in pseudo_items(docs, 100, seed=6)] != [] and len(pseudo_items(docs, 1, seed=5)) == 1
+
+
+def test_members_shrunk_by_their_disagreement_are_the_same_members_with_tau2_on_the_card(learned_tiny, tmp_path,
+                                                                                           monkeypatch):
+    """`--members 2 --shrink` trains the members `--members 2` trains, bit for bit, and writes the shrinkage prior it
+    estimated on the training collection's terms (tau2 and what it came from) on the card; without 2 members or the
+    bm25 shape it is refused before anything is read."""
+    import torch
+
+    from ranker.training.term_weighting import TrainConfig, train
+
+    monkeypatch.setenv("WEIR_CACHE", str(tmp_path / "cache"))
+    coll, _, _ = learned_tiny
+    cards, states = {}, {}
+    for shrink in (False, True):
+        out = tmp_path / f"s{int(shrink)}"
+        cards[shrink] = train(TrainConfig(kind="deepimpact", collection=str(coll), queries=str(coll / "queries.tsv"),
+                                          qrels=str(coll / "qrels.txt"), out=str(out), epochs=2, negatives=2,
+                                          val_fraction=0.34, max_length=32, members=2, shrink=shrink),
+                              log=lambda m: None)
+        states[shrink] = torch.load(out / "head.pt", weights_only=True)
+    assert states[True].keys() == states[False].keys()
+    assert all(torch.equal(states[True][k], states[False][k]) for k in states[True])
+    assert "shrink" not in cards[False]
+    record = json.loads((tmp_path / "s1" / "card.json").read_text())["shrink"]
+    assert record["tau2"] >= 0 and record["rows"] > 0 and 0 <= record["mean_coefficient"] <= 1
+    assert record["tau2"] == pytest.approx(max(0.0, record["variance_of_mean"] - record["mean_noise_variance"]))
+    for members, shape in ((1, "bm25"), (2, "free")):
+        with pytest.raises(InputError, match="--shrink"):
+            train(TrainConfig(kind="deepimpact", collection=str(coll), queries=str(coll / "queries.tsv"),
+                              qrels=str(coll / "qrels.txt"), out=str(tmp_path / "no"), members=members, shape=shape,
+                              shrink=True), log=lambda m: None)
+        assert not (tmp_path / "no").exists()
