@@ -41,6 +41,10 @@ Commands (each step a `weir` process; everything under --work, reused when there
   epoch by epoch against the untrained head, and the epoch each rule would keep (``queries``, the shipped one;
   ``sets``; ``worst``: only an epoch that raises every set), for the variant's heads and the one under --out-dir.
 
+- ``shrinkage``: unlabelled text only: for each leave-one-out head shrunk by its members' disagreement (``--train-args
+  "--members 3 --shrink"``), the share of the correction kept on each collection's terms, the one left out beside the
+  ones it trained on.
+
 - ``members``: each member of the variant's leave-one-out heads of several members (``--train-args "--members
   N"``) written as a head of its own (``loco-TAG.mM``), for ``fusion-loco --tag TAG.mM`` to measure it alone.
 
@@ -391,6 +395,45 @@ def members(args) -> None:
             print(f"{held}: member {m} (seed {member['seed']}) -> {out}", flush=True)
 
 
+def shrinkage(args) -> None:
+    """Unlabelled text only: for each leave-one-out DeepImpact head of the variant shrunk by its members'
+    disagreement (`weir train --members N --shrink`), the mean share of the members' correction it keeps
+    (tau2 / (tau2 + v)) and the mean |log-factor| before and after, over a seeded sample of every collection's term
+    rows: does the collection left out make its members disagree more than the ones they trained on?"""
+    import numpy as np
+    import torch
+
+    from indexer.collections import Collection
+    from indexer.weighting.cache import cached_term_vectors
+    from indexer.weighting.members import coefficient
+    from indexer.weighting.model import Backbone, TermWeighter
+
+    backbone = Backbone()
+    rows_of = {}
+    for name in SOURCES:  # the same sample of each collection's rows for every head
+        tv = cached_term_vectors(backbone, list(Collection.open(COLLECTIONS / name).corpus(skip_empty=True)))
+        rng = np.random.default_rng(13)
+        take = np.sort(rng.choice(len(tv.data), min(len(tv.data), 50_000), replace=False))
+        rows_of[name] = torch.from_numpy(np.asarray(tv.data[take], dtype=np.float32))
+    for held in args.collections:
+        head = args.work / f"loco-{args.tag}" / held / "deepimpact"
+        if not (head / "card.json").is_file():
+            continue
+        model = TermWeighter(head, backbone=backbone)
+        if model.shrink is None:
+            print(f"{held}: {head} is not shrunk (--shrink)", flush=True)
+            continue
+        cells = []
+        for name, x in rows_of.items():
+            with torch.inference_mode():
+                logs = model.head.log_factors(x)
+                kept = coefficient(logs, model.shrink)
+            mean = logs.mean(0)
+            cells.append(f"{name}{' (left out)' if name == held else ''} kept {kept.mean():.3f}, |log f| "
+                         f"{mean.abs().mean():.4f} -> {(mean * kept).abs().mean():.4f}")
+        print(f"{held} left out (tau2 {model.shrink:.5f}): " + "; ".join(cells), flush=True)
+
+
 def epochs(args) -> None:
     """Training side only: for each leave-one-out DeepImpact head of the variant, and the head under --out-dir, the
     judged sets' validation nDCG@10 of every epoch against the untrained head's, and the epoch each rule keeps."""
@@ -508,7 +551,7 @@ def table(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=("cache", "loco", "self", "final", "table", "ltr-loco", "ltr-final",
-                                        "ltr-sweep", "fusion-loco", "epochs", "members"))
+                                        "ltr-sweep", "fusion-loco", "epochs", "members", "shrinkage"))
     ap.add_argument("--indexes", type=Path, default=ROOT / "indexes", help="ltr: an index (bm25, dense) per "
                     "collection, named after it")
     ap.add_argument("--ltr-args", default="", help="ltr: options of `weir train ltr` for the variant")
@@ -534,7 +577,7 @@ def main() -> None:
     args.tag = args.tag or args.shape
     {"cache": cache, "loco": loco, "self": self_supervised, "final": final, "table": table, "ltr-loco": ltr_loco,
      "ltr-final": ltr_final, "ltr-sweep": ltr_sweep, "fusion-loco": fusion_loco,
-     "epochs": epochs, "members": members}[args.command](args)
+     "epochs": epochs, "members": members, "shrinkage": shrinkage}[args.command](args)
 
 
 if __name__ == "__main__":
