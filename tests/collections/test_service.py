@@ -136,21 +136,23 @@ def test_concurrent_callers_of_a_model_of_several_members_get_sequential_answers
 
 @pytest.fixture(scope="module")
 def members_impact_server(tmp_path_factory):
-    """A server over ADI indexed with a DeepImpact head of 2 members (`weir train deepimpact --members 2`, trained
-    here on ADI for 2 epochs): its ``deepimpact+bm25`` takes its weights from that head's card."""
+    """A server over ADI indexed with a DeepImpact head of 2 members shrunk by their disagreement (`weir train
+    deepimpact --members 2 --shrink`, trained here on ADI for 2 epochs): its ``deepimpact+bm25`` takes its weights from
+    that head's card."""
     from indexer.build import build_index
     from ranker.training.term_weighting import TrainConfig, train
 
     root = tmp_path_factory.mktemp("deepimpact-members")
     adi = collection("adi")
     judged = f"{adi}:{adi / 'queries.tsv'}:{adi / 'qrels.txt'}"
-    card = train(TrainConfig(kind="deepimpact", out=str(root / "head"), train=[judged], epochs=2, members=2),
-                 log=lambda m: None)
-    assert card["members"] == 2
+    card = train(TrainConfig(kind="deepimpact", out=str(root / "head"), train=[judged], epochs=2, members=2,
+                             shrink=True), log=lambda m: None)
+    assert card["members"] == 2 and card["shrink"]["tau2"] >= 0
     build_index(adi, root / "index", components=("bm25", "deepimpact"),
                 learned={"deepimpact_model": str(root / "head")})
     manifest = json.loads((root / "index" / "manifest.json").read_text())
     assert manifest["components"]["deepimpact"]["model"]["members"] == 2
+    assert manifest["components"]["deepimpact"]["model"]["shrink"] == card["shrink"]["tau2"]
     config = ServiceConfig.load(index=str(root / "index"), port=0, verify_checksums=False,
                                 pipelines=["bm25", "deepimpact", "deepimpact+bm25"])
     with BackgroundServer(config) as s:
