@@ -10,7 +10,9 @@ factor`):
   ``v`` its variance over the members divided by their number (the variance of the mean), ``tau2`` the variance of
   the corrections themselves (:func:`shrinkage_prior`, estimated in training). This is the posterior mean of a normal
   correction around 0 observed with the members' noise (empirical Bayes, as in James-Stein): a correction the
-  members agree on is kept, one they do not agree on (a term unlike any they trained on) falls back to BM25;
+  members agree on is kept, one they do not agree on moves towards factor 1. In ranking terms that is not quite
+  "back to BM25": trained members share a common log-factor offset (about -0.6 in the shipped head), which a ranking
+  ignores, so shrinking towards 0 raises a disputed term against the others (``models/RESULTS.md``, stop 28);
 - a free head's weight is the mean of its members' weights.
 
 Written here because torch keeps modules in a list (``nn.ModuleList``) but has no average of heads, nor this
@@ -26,6 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from weir.types import InputError
+
 _EDGE = 1.0 - 1e-7  # tanh saturates at 1 in float32: keep atanh finite (the factor is then 2 to float precision)
 _LN2 = math.log(2.0)  # the bound of a BM25-shaped head's log-factor (indexer.weighting.model.FACTOR_LOG_BOUND)
 
@@ -34,7 +38,7 @@ class Members(nn.Module):
     def __init__(self, heads: Sequence[nn.Module], shape: str, shrink: float | None = None):
         super().__init__()
         if shrink is not None and (shape != "bm25" or len(heads) < 2 or not shrink >= 0):
-            raise ValueError("shrinking needs a BM25-shaped head of 2 members or more and tau2 >= 0")
+            raise InputError("shrinking towards the prior needs a BM25-shaped head of 2 members or more and tau2 >= 0")
         self.members = nn.ModuleList(heads)
         self.shape = shape
         self.shrink = shrink
