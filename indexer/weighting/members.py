@@ -21,58 +21,62 @@ shrinkage.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from weir.types import InputError
-
 _EDGE = 1.0 - 1e-7  # tanh saturates at 1 in float32: keep atanh finite (the factor is then 2 to float precision)
-_LN2 = math.log(2.0)  # the bound of a BM25-shaped head's log-factor (indexer.weighting.model.FACTOR_LOG_BOUND)
 
 
 class Members(nn.Module):
-    def __init__(self, heads: Sequence[nn.Module], shape: str, shrink: float | None = None):
+    def __init__(self, heads: Sequence[nn.Module], shape: str, log_bound: float, shrink: float | None = None):
+        """``log_bound``: a BM25-shaped member's factor is ``exp(log_bound * tanh(o))``; ``shrink``: tau2 (both given
+        by :func:`~indexer.weighting.model.make_head`, which owns them and checks them)."""
         super().__init__()
-        if shrink is not None and (shape != "bm25" or len(heads) < 2 or not shrink >= 0):
-            raise InputError("shrinking towards the prior needs a BM25-shaped head of 2 members or more and tau2 >= 0")
         self.members = nn.ModuleList(heads)
         self.shape = shape
+        self.log_bound = log_bound
         self.shrink = shrink
 
+    def _outputs(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([m(x) for m in self.members])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        outputs = torch.stack([m(x) for m in self.members])
+        outputs = self._outputs(x)
         if self.shape != "bm25":
             return outputs.mean(0)
         tanh = torch.tanh(outputs)
         mean = tanh.mean(0)
         if self.shrink is not None:
-            mean = mean * coefficient(_LN2 * tanh.squeeze(-1), self.shrink).unsqueeze(-1)
+            mean = mean * coefficient(self.log_bound * tanh.squeeze(-1), self.shrink).unsqueeze(-1)
         return torch.atanh(mean.clamp(-_EDGE, _EDGE))
 
     def log_factors(self, x: torch.Tensor) -> torch.Tensor:
         """(members, rows): each member's log-factor ``ln 2 tanh(o_m)`` of each row."""
-        return _LN2 * torch.tanh(torch.stack([m(x) for m in self.members]).squeeze(-1))
+        return self.log_bound * torch.tanh(self._outputs(x).squeeze(-1))
+
+
+def noise_variance(logs: torch.Tensor) -> torch.Tensor:
+    """Per row, the variance of the members' mean log-factor: their variance over their number (``logs``: members,
+    rows)."""
+    return logs.var(0, unbiased=True) / logs.shape[0]
 
 
 def coefficient(logs: torch.Tensor, tau2: float) -> torch.Tensor:
-    """Per row, the share of the members' mean log-factor kept: ``tau2 / (tau2 + var / M)`` (1 where they agree)."""
-    v = logs.var(0, unbiased=True) / logs.shape[0]
+    """Per row, the share of the members' mean log-factor kept: ``tau2 / (tau2 + v)`` (1 where they agree)."""
+    v = noise_variance(logs)
     return tau2 / (tau2 + v) if tau2 > 0 else torch.zeros_like(v)
 
 
-def shrinkage_prior(logs: np.ndarray) -> dict:
+def shrinkage_prior(logs: np.ndarray | torch.Tensor) -> dict:
     """``tau2``, the variance of the true corrections over term rows, from the members' log-factors of those rows
-    (members, rows) by the method of moments: the variance of the members' mean over rows, less the mean variance
-    of that mean (``var_m / M``), at least 0. With the figures it came from, for the card."""
-    logs = np.asarray(logs, dtype=np.float64)
-    mean = logs.mean(0)
-    noise = logs.var(0, ddof=1) / logs.shape[0]
-    total = float(mean.var())
-    tau2 = max(0.0, total - float(noise.mean()))
-    kept = tau2 / (tau2 + noise) if tau2 > 0 else np.zeros_like(noise)
-    return {"tau2": tau2, "rows": int(logs.shape[1]), "variance_of_mean": total,
-            "mean_noise_variance": float(noise.mean()), "mean_coefficient": float(kept.mean())}
+    (members, rows) by the method of moments: the variance of the members' mean over rows, less the mean of
+    :func:`noise_variance`, at least 0. With the figures it came from, for the card."""
+    logs = torch.as_tensor(logs, dtype=torch.float64)
+    total = float(logs.mean(0).var(unbiased=False))
+    noise = float(noise_variance(logs).mean())
+    tau2 = max(0.0, total - noise)
+    return {"tau2": tau2, "rows": int(logs.shape[1]), "variance_of_mean": total, "mean_noise_variance": noise,
+            "mean_coefficient": float(coefficient(logs, tau2).mean())}

@@ -144,12 +144,12 @@ def make_head(kind: str, dim: int, shape: str = "free", members: int = 1, shrink
     their mean correction shrunk towards the prior by their disagreement when ``shrink`` (tau2) is given."""
     import torch.nn as nn
 
+    if shrink is not None and (members < 2 or shape != "bm25" or not shrink >= 0):
+        raise InputError("shrinking a head towards its prior needs 2 members or more, the bm25 shape and tau2 >= 0")
     if members > 1:
         from indexer.weighting.members import Members
 
-        return Members([make_head(kind, dim, shape) for _ in range(members)], shape, shrink)
-    if shrink is not None:
-        raise InputError("shrinking a head towards its prior needs 2 members or more")
+        return Members([make_head(kind, dim, shape) for _ in range(members)], shape, FACTOR_LOG_BOUND, shrink)
     if kind not in KINDS:
         raise InputError(f"unknown term weighting head {kind!r}; known: {', '.join(KINDS)}")
     if shape == "bm25":  # a correction of the prior: starts at output 0, factor 1
