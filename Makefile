@@ -23,7 +23,7 @@ stubs: $(STUBS)
 
 # gRPC stubs are generated from the proto by the pinned grpcio-tools, never edited by hand.
 $(STUBS) &: proto/weir/v1/search.proto $(STAMP)
-	$(PY) -m service.stubs
+	$(PY) -m weir.service.stubs
 
 # the architecture contract (import-linter, configured in pyproject.toml) first: it takes seconds
 test: install

@@ -38,8 +38,8 @@ def bench_encoding(corpus: Path, n: int, batch_size: int) -> None:
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
-    from indexer.encoder import shared_encoder
-    from weir.runtime import default_model_path
+    from weir.indexer.encoder import shared_encoder
+    from weir.core.runtime import default_model_path
 
     with open(corpus, encoding="utf-8") as f:
         docs = [json.loads(line) for line in itertools.islice(f, n)]
@@ -83,8 +83,8 @@ def bench_faiss(index, topics) -> None:
     import faiss
     import numpy as np
 
-    from indexer.dense import index_from_vectors, open_dense
-    from ranker.retrievers.dense import DenseRetriever
+    from weir.indexer.dense import index_from_vectors, open_dense
+    from weir.ranker.retrievers.dense import DenseRetriever
 
     stored = open_dense(index)
     queries = DenseRetriever(index).encode(topics)
@@ -108,8 +108,8 @@ def bench_faiss(index, topics) -> None:
 
 
 def bench_pipelines(index, topics, single_queries: int) -> None:
-    from ranker import registry
-    from ranker.retrievers.dense import DenseRetriever
+    from weir.ranker import registry
+    from weir.ranker.retrievers.dense import DenseRetriever
 
     built = {name: registry.build(name, index) for name in ("bm25", "dense", "hybrid")}
     hybrid = built["hybrid"].stages[0]
@@ -135,9 +135,9 @@ def bench_pipelines(index, topics, single_queries: int) -> None:
 def bench_memory(index_path: str) -> None:
     import faiss
 
-    from indexer.dense import open_dense
-    from indexer.encoder import shared_encoder
-    from indexer.index_dir import Index
+    from weir.indexer.dense import open_dense
+    from weir.indexer.encoder import shared_encoder
+    from weir.indexer.index_dir import Index
 
     before = rss_mib()
     dense = open_dense(Index(index_path))
@@ -155,8 +155,8 @@ def bench_memory(index_path: str) -> None:
 
 
 def main() -> None:
-    from indexer.index_dir import Index
-    from weir.trec import read_topics
+    from weir.indexer.index_dir import Index
+    from weir.core.trec import read_topics
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", required=True, help="index directory built --with bm25,dense")

@@ -34,14 +34,14 @@ def main() -> None:
 
     import torch
 
-    from indexer.index_dir import Index
-    from ranker import registry
-    from ranker.options import PipelineOptions
-    from ranker.rerankers.attention import AttentionReranker
-    from ranker.rerankers.backbone import mean_over_query
-    from ranker.rerankers.relevance_attention import pad_states
-    from weir.runtime import shipped_model
-    from weir.trec import read_topics
+    from weir.indexer.index_dir import Index
+    from weir.ranker import registry
+    from weir.ranker.options import PipelineOptions
+    from weir.ranker.rerankers.attention import AttentionReranker
+    from weir.ranker.rerankers.backbone import mean_over_query
+    from weir.ranker.rerankers.relevance_attention import pad_states
+    from weir.core.runtime import shipped_model
+    from weir.core.trec import read_topics
 
     index = Index(args.index)
     topics = read_topics(args.topics)[: args.queries]

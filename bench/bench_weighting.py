@@ -22,19 +22,19 @@ def main() -> None:
     p.add_argument("--device", default=None)
     args = p.parse_args()
 
-    from indexer.collections import Collection
-    from indexer.index_dir import Index
-    from indexer.weighting.build import DEFAULT_MODELS
-    from indexer.weighting.model import TermWeighter, weigh_many
-    from ranker import registry
-    from weir.runtime import shipped_model
-    from weir.trec import read_topics
+    from weir.indexer.collections import Collection
+    from weir.indexer.index_dir import Index
+    from weir.indexer.weighting.build import DEFAULT_MODELS
+    from weir.indexer.weighting.model import TermWeighter, weigh_many
+    from weir.ranker import registry
+    from weir.core.runtime import shipped_model
+    from weir.core.trec import read_topics
 
     docs = [d for _, d in zip(range(args.passages), Collection.open(args.collection).corpus())]
     di = TermWeighter(shipped_model(DEFAULT_MODELS["deepimpact"]), device=args.device)
     ct = TermWeighter(shipped_model(DEFAULT_MODELS["deepct"]), backbone=di.backbone)
     texts = [d.contents for d in docs]
-    from indexer.weighting.model import TermStatistics
+    from weir.indexer.weighting.model import TermStatistics
 
     stats = TermStatistics(texts)
     weigh_many([ct], texts[:8])  # warm-up

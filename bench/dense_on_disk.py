@@ -44,11 +44,11 @@ def search_round(index: str, collection: str, k: int) -> dict:
     """In this process: open ``index``, search every topic one query a call, report latency, memory, nDCG@10."""
     import numpy as np
 
-    from indexer.dense import open_dense
-    from indexer.index_dir import Index
-    from ranker.evaluation.measures import evaluate
-    from ranker.retrievers.dense import DenseRetriever
-    from weir.trec import read_qrels, read_topics
+    from weir.indexer.dense import open_dense
+    from weir.indexer.index_dir import Index
+    from weir.evaluation.measures import evaluate
+    from weir.ranker.retrievers.dense import DenseRetriever
+    from weir.core.trec import read_qrels, read_topics
 
     coll = Path(collection)
     topics, qrels = read_topics(coll / "queries.tsv"), read_qrels(coll / "qrels.txt")
@@ -78,7 +78,7 @@ def _child(args: list[str]) -> dict:
 
 def build(source: str, collection: str, out: Path, on_disk: bool, nprobe: int) -> dict:
     """In a child process: the IVF-Flat index from ``source``'s vectors, with its wall time and peak memory."""
-    command = [sys.executable, "-m", "service.cli", "index", "build", "--collection", collection, "--out", str(out),
+    command = [sys.executable, "-m", "weir.cli", "index", "build", "--collection", collection, "--out", str(out),
                "--with", "dense", "--dense-index", "ivfflat", "--nprobe", str(nprobe), "--dense-vectors-from",
                source, "--overwrite", *(["--dense-on-disk"] if on_disk else [])]
     wrapped = ["/usr/bin/time", "-f", "%M %e", *command]
@@ -97,7 +97,7 @@ def synthetic_build(vectors: str, out: str, on_disk: bool, nlist: int) -> dict:
     import faiss
     import numpy as np
 
-    from indexer.dense import INDEX_FILE, write_on_disk_index
+    from weir.indexer.dense import INDEX_FILE, write_on_disk_index
 
     import threading
 
@@ -118,7 +118,7 @@ def synthetic_build(vectors: str, out: str, on_disk: bool, nlist: int) -> dict:
     if on_disk:
         write_on_disk_index(stored, "ivfflat", params, Path(out))
     else:
-        from indexer.dense import index_from_vectors
+        from weir.indexer.dense import index_from_vectors
 
         faiss.write_index(index_from_vectors(stored, "ivfflat", params), str(Path(out) / INDEX_FILE))
     seconds = time.perf_counter() - started

@@ -30,9 +30,9 @@ def compare_indexes(single: Path, distributed: Path, queries, qrels, k: int = 10
     """Per pipeline both indexes have: identical runs (ids, order, scores) and nDCG@10 of each."""
     import numpy as np
 
-    from indexer.index_dir import Index
-    from ranker import registry
-    from ranker.evaluation.measures import evaluate
+    from weir.indexer.index_dir import Index
+    from weir.ranker import registry
+    from weir.evaluation.measures import evaluate
 
     a, b = Index(single), Index(distributed)
     report = {}
@@ -53,8 +53,8 @@ def compare_indexes(single: Path, distributed: Path, queries, qrels, k: int = 10
 
 
 def cmd_compare(args) -> None:
-    from indexer.collections import Collection
-    from weir.trec import read_qrels, read_topics
+    from weir.indexer.collections import Collection
+    from weir.core.trec import read_qrels, read_topics
 
     coll = Collection.open(args.collection)
     queries = read_topics(args.topics) if args.topics else coll.topics()
@@ -91,7 +91,7 @@ def cmd_scaling(args) -> None:
         for r in range(args.rounds):
             for workers in (0, 1, 2):  # 0: the single-process build, no Ray
                 out = tmp / f"w{workers}-{r}"
-                cmd = [sys.executable, "-m", "service.cli", "index", "build", "--collection", str(coll), "--out",
+                cmd = [sys.executable, "-m", "weir.cli", "index", "build", "--collection", str(coll), "--out",
                        str(out), "--with", args.with_, "--skip-empty"]
                 if workers:
                     cmd += ["--ray", "--ray-workers", str(workers)]

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from _common import COLLECTIONS, ROOT, percentile
 
-from indexer.build import build_index
-from service.client import SearchClient
-from weir.trec import read_topics
+from weir.indexer.build import build_index
+from weir.service.client import SearchClient
+from weir.core.trec import read_topics
 
 
 def free_port() -> int:
@@ -45,7 +45,7 @@ def main() -> None:
         if not args.index:
             build_index(coll, index_dir)
         port = free_port()
-        server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--index", str(index_dir), "--port", str(port)],
+        server = subprocess.Popen([sys.executable, "-m", "weir.cli", "serve", "--index", str(index_dir), "--port", str(port)],
                                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
         try:
             with SearchClient(f"127.0.0.1:{port}") as client:

@@ -83,7 +83,7 @@ def _client(port, topics, pipeline, k, depth, threads, offset, stride, start_at,
     import grpc
 
     sys.path.insert(0, str(ROOT))
-    from service.client import SearchClient
+    from weir.service.client import SearchClient
 
     records, lock = [], threading.Lock()
 
@@ -192,9 +192,9 @@ def main() -> None:
 
 def in_process(args, topics: list[str], pipelines: list[str]) -> None:
     """The pipelines called in this process: one query per call (as one gRPC caller asks), and all topics at once."""
-    from indexer.index_dir import Index
-    from ranker import registry
-    from weir.types import Query
+    from weir.indexer.index_dir import Index
+    from weir.ranker import registry
+    from weir.core.types import Query
 
     index = Index(args.index)
     queries = [Query(str(i), t) for i, t in enumerate(topics)]
@@ -218,7 +218,7 @@ def in_process(args, topics: list[str], pipelines: list[str]) -> None:
 
 
 def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
-    from service.client import SearchClient
+    from weir.service.client import SearchClient
 
     for s in servers:
         rest = rss_mib(s.process.pid)

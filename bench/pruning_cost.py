@@ -28,7 +28,7 @@ EXPENSIVE = ("dense", "deepct", "deepimpact")  # the steps pruning is for (BM25 
 
 
 def build(collection: Path, out: Path, components: str, prune: str | None, cache: Path) -> dict:
-    cmd = [sys.executable, "-m", "service.cli", "index", "build", "--collection", str(collection), "--out", str(out),
+    cmd = [sys.executable, "-m", "weir.cli", "index", "build", "--collection", str(collection), "--out", str(out),
            "--with", components, "--overwrite"] + (["--prune", prune] if prune else [])
     subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "WEIR_CACHE": str(cache)},
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

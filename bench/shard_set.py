@@ -28,7 +28,7 @@ def build(collection: Path, out: Path, extra: list[str]) -> str:
     """Build with `weir index build` in a child process (unless ``out`` exists); its wall time and peak RSS."""
     if out.exists():
         return "reused"
-    script = ("import resource, sys, time; from service.cli import main; t = time.perf_counter(); "
+    script = ("import resource, sys, time; from weir.cli import main; t = time.perf_counter(); "
               "code = main(sys.argv[1:]); print('BENCH', time.perf_counter() - t, "
               "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(code)")
     done = subprocess.run([sys.executable, "-c", script, "index", "build", "--collection", str(collection),
@@ -48,16 +48,16 @@ def main() -> int:
     ap.add_argument("--depth", type=int, default=1000, help="hits per stage merged and fused (default 1000)")
     args = ap.parse_args()
 
-    from indexer.collections import Collection
-    from indexer.index_dir import Index
-    from indexer.shards import global_statistics
-    from ranker.evaluation.measures import evaluate
-    from ranker.options import PipelineOptions
-    from ranker.retrievers.bm25 import BM25
-    from ranker.retrievers.hybrid import fuse_runs, impact_fusion_settings
-    from ranker.retrievers.learned_sparse import ImpactRetriever
-    from weir.trec import read_qrels
-    from weir.types import Hit, Run
+    from weir.indexer.collections import Collection
+    from weir.indexer.index_dir import Index
+    from weir.indexer.shards import global_statistics
+    from weir.evaluation.measures import evaluate
+    from weir.ranker.options import PipelineOptions
+    from weir.ranker.retrievers.bm25 import BM25
+    from weir.ranker.retrievers.hybrid import fuse_runs, impact_fusion_settings
+    from weir.ranker.retrievers.learned_sparse import ImpactRetriever
+    from weir.core.trec import read_qrels
+    from weir.core.types import Hit, Run
 
     root = COLLECTIONS / args.collection
     work, n = Path(args.work), args.shards

@@ -70,8 +70,8 @@ class Process:
 
 
 def _build(collection: Path, root: Path, shards: int) -> tuple[str, list[str]]:
-    from indexer.build import build_index
-    from indexer.shards import ShardSpec
+    from weir.indexer.build import build_index
+    from weir.indexer.shards import ShardSpec
 
     whole = root / "whole"
     build_index(collection, whole)
@@ -108,7 +108,7 @@ def main() -> int:
         return subprocess.call(["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {command}"], env=env)
     where = "a loopback-only network namespace" if os.environ.get(NAMESPACE_FLAG) == "1" else "this network namespace"
 
-    from indexer.collections import Collection
+    from weir.indexer.collections import Collection
 
     collection = COLLECTIONS / args.collection
     topics = [q.text for q in Collection.open(collection).topics("test")]

@@ -27,11 +27,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
-    from indexer.index_dir import Index
-    from indexer.postings import Postings
-    from ranker.retrievers.bm25 import BM25
-    from ranker.retrievers.inverted import BM25Scores, InvertedIndex
-    from weir.trec import read_topics
+    from weir.indexer.index_dir import Index
+    from weir.indexer.postings import Postings
+    from weir.ranker.retrievers.bm25 import BM25
+    from weir.ranker.retrievers.inverted import BM25Scores, InvertedIndex
+    from weir.core.trec import read_topics
 
     real = BM25(Index(args.index))
     source, n = real.engine.postings, args.docs

@@ -3,10 +3,10 @@
 Each engine answers the same topics at the same k and turns its answer into what a run writer needs, a ranked list
 of (collection id, score) per query; query analysis is inside the timing for all three. Engines:
 
-- ``weir``: ``BM25.search`` (Anserini's analyzer, Lucene's BM25 scored in process, :mod:`ranker.retrievers.inverted`);
+- ``weir``: ``BM25.search`` (Anserini's analyzer, Lucene's BM25 scored in process, :mod:`weir.ranker.retrievers.inverted`);
 - ``weir Run``: ``BM25.retrieve``, the same hits as the ``Run`` of ``Hit`` objects a pipeline passes on (context);
 - ``weir before``: the first stage before in-process scoring: Lucene searched through pyjnius per query, hits read
-  back per hit (``ranker.retrievers.lucene.LuceneBM25Searcher``), as a ``Run``;
+  back per hit (``weir.ranker.retrievers.lucene.LuceneBM25Searcher``), as a ``Run``;
 - ``bm25s``: bm25s ``method="lucene"``, k1 0.9, b 0.4, PyStemmer English stemmer, English stopwords, over title +
   text, its numpy backend, ``n_threads=--threads``;
 - ``pyserini``: ``LuceneSearcher.batch_search`` with ``--threads`` threads over weir's own BM25 index.
@@ -44,12 +44,12 @@ def rss_mib() -> float:
 
 def memory_child(index_path: str) -> None:
     """In a fresh process: RSS with the JVM started, then the load time and RSS of an opened BM25 first stage."""
-    from weir import jvm
+    from weir.core import jvm
 
     jvm.ensure()
-    from indexer.index_dir import Index
-    from ranker.retrievers.bm25 import BM25
-    from ranker.retrievers.lucene import EnglishAnalyzer
+    from weir.indexer.index_dir import Index
+    from weir.ranker.retrievers.bm25 import BM25
+    from weir.ranker.retrievers.lucene import EnglishAnalyzer
 
     EnglishAnalyzer().analyze("warm up the analyzer")
     gc.collect()
@@ -99,14 +99,14 @@ def bench_collection(name: str, args: argparse.Namespace, depths: list[int], ind
     import numpy as np
     import Stemmer
 
-    from indexer.build import build_index
-    from indexer.index_dir import Index
-    from ranker.evaluation.measures import evaluate
-    from ranker.retrievers.bm25 import BM25
-    from ranker.retrievers.lucene import LuceneBM25Searcher
-    from weir import jvm
-    from weir.trec import read_qrels, read_topics
-    from weir.types import Hit, Query, Run
+    from weir.indexer.build import build_index
+    from weir.indexer.index_dir import Index
+    from weir.evaluation.measures import evaluate
+    from weir.ranker.retrievers.bm25 import BM25
+    from weir.ranker.retrievers.lucene import LuceneBM25Searcher
+    from weir.core import jvm
+    from weir.core.trec import read_qrels, read_topics
+    from weir.core.types import Hit, Query, Run
 
     jvm.ensure()
     from pyserini.search.lucene import LuceneSearcher

@@ -35,7 +35,7 @@ serve_and_wait() {  # serve_and_wait INDEX [weir serve options...]: start the se
   trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
   "$PY" - "$PORT" <<'PYCODE'
 import sys, time
-from service.client import SearchClient
+from weir.service.client import SearchClient
 client = SearchClient(f"127.0.0.1:{sys.argv[1]}")
 client.wait_ready(timeout=300)
 for _ in range(1500):
@@ -124,7 +124,7 @@ cat <<HOWTO
 == 4. how to call it (reflection and health are on; the contract is proto/weir/v1/search.proto)
    the command line:  $WEIR query --server 127.0.0.1:$PORT --pipeline "hybrid>>ltr" -k 5 "statins and heart disease"
    Python:
-       from service.client import SearchClient
+       from weir.service.client import SearchClient
        with SearchClient("127.0.0.1:$PORT") as client:
            answer = client.search("statins and heart disease", k=5, pipeline="hybrid>>ltr")
            for hit in answer.hits:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def choose(record: dict, first: str, reranked: str, qrels: dict, topics: list) -> tuple[str, str]:
     """(qid, text) of the topic where ``reranked`` gains most over ``first`` with a relevant document at rank 1."""
-    from weir.types import Run
+    from weir.core.types import Run
 
     systems = {s["label"]: s for s in record["systems"]}
     runs = {name: Run.read_trec(systems[name]["run_file"]) for name in (first, reranked)}
@@ -68,8 +68,8 @@ def main() -> int:
     ap.add_argument("-k", type=int, default=5)
     args = ap.parse_args()
 
-    from service.client import SearchClient
-    from weir.trec import read_qrels, read_topics
+    from weir.service.client import SearchClient
+    from weir.core.trec import read_qrels, read_topics
 
     record = json.loads((Path(args.experiment) / "results.json").read_text(encoding="utf-8"))
     qrels, topics = read_qrels(args.qrels), read_topics(args.topics)

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def index_is(path: str, components: str, prune: str) -> bool:
-    from indexer.index_dir import verify
-    from weir.types import InputError
+    from weir.indexer.index_dir import verify
+    from weir.core.types import InputError
 
     try:
         manifest = verify(path)
@@ -53,7 +53,7 @@ def cost(path: str) -> None:
 
 
 def experiment_is(directory: str, index: str, pipelines: str) -> bool:
-    from weir.provenance import sha256_file
+    from weir.core.provenance import sha256_file
 
     results = Path(directory) / "results.json"
     if not results.is_file():

@@ -21,14 +21,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ranker.evaluation.measures import evaluate
-from ranker.rerankers.ltr import base_scores, query_groups
-from ranker.rerankers.ltr_features import FEATURES
-from ranker.stage import apply_scores
-from ranker.training.common import DataSet, folds_of
-from ranker.training.ltr import load_examples
-from weir.trec import read_qrels
-from weir.types import Run
+from weir.evaluation.measures import evaluate
+from weir.ranker.rerankers.ltr import base_scores, query_groups
+from weir.ranker.rerankers.ltr_features import FEATURES
+from weir.ranker.stage import apply_scores
+from weir.training.common import DataSet, folds_of
+from weir.training.ltr import load_examples
+from weir.core.trec import read_qrels
+from weir.core.types import Run
 
 D = ROOT.parent / "shared" / "collections" / "msmarco-passage-trec-dl-pool"
 GRID = (0, 0.05, 0.1, 0.2, 0.3, 0.5)

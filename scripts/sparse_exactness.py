@@ -1,7 +1,7 @@
 """Check that weir's in-process sparse first stages rank exactly as Lucene does, on any weir index and topics.
 
 For each of ``bm25``, ``deepct`` and ``deepimpact`` the index has, every query is searched by weir's stage
-(:mod:`ranker.retrievers.inverted`) and by Lucene itself (the query Anserini builds, weir's tie-break), and the two
+(:mod:`weir.ranker.retrievers.inverted`) and by Lucene itself (the query Anserini builds, weir's tie-break), and the two
 top-k lists of (collection id, score) are compared, every rank and every score bit. Prints one line per stage;
 exits 1 if any query differs.
 
@@ -31,16 +31,16 @@ def main() -> int:
                     "hashed weights from this collection's corpus")
     args = ap.parse_args()
 
-    from indexer.collections import Collection
-    from indexer.index_dir import Index
-    from indexer.lucene import index_pretokenized
-    from indexer.postings import export
-    from ranker.retrievers.bm25 import BM25
-    from ranker.retrievers.inverted import BM25Scores, ImpactScores, InvertedIndex
-    from ranker.retrievers.learned_sparse import DeepCTRetriever, ImpactRetriever, deepct_query, impact_query
-    from ranker.retrievers.lucene import LuceneBM25Searcher, LuceneTermSearcher, bm25_similarity
-    from weir import jvm
-    from weir.trec import read_topics
+    from weir.indexer.collections import Collection
+    from weir.indexer.index_dir import Index
+    from weir.indexer.lucene import index_pretokenized
+    from weir.indexer.postings import export
+    from weir.ranker.retrievers.bm25 import BM25
+    from weir.ranker.retrievers.inverted import BM25Scores, ImpactScores, InvertedIndex
+    from weir.ranker.retrievers.learned_sparse import DeepCTRetriever, ImpactRetriever, deepct_query, impact_query
+    from weir.ranker.retrievers.lucene import LuceneBM25Searcher, LuceneTermSearcher, bm25_similarity
+    from weir.core import jvm
+    from weir.core.trec import read_topics
 
     index = Index(args.index)
     topics = read_topics(args.topics)
@@ -72,7 +72,7 @@ def main() -> int:
         import hashlib
         import tempfile
 
-        from indexer.weighting.terms import terms as text_terms
+        from weir.indexer.weighting.terms import terms as text_terms
 
         def weight(doc_id: str, term: str) -> int:
             digest = hashlib.blake2b(f"{doc_id}\0{term}".encode(), digest_size=4).digest()

@@ -71,7 +71,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the repository's packages, however the script is started
 
-from ranker.training.fusion import WEIGHT_GRID  # the weights `weir train deepimpact` chooses among
+from weir.training.fusion import WEIGHT_GRID  # the weights `weir train deepimpact` chooses among
 
 COLLECTIONS = Path(os.environ.get("WEIR_COLLECTIONS", ROOT.parent / "shared" / "collections"))
 SOURCES = {  # collection -> (training topics, training qrels, grade counted relevant, evaluation options)
@@ -83,7 +83,7 @@ SOURCES = {  # collection -> (training topics, training qrels, grade counted rel
     "adi": ("queries.tsv", "qrels.txt", 1, []),
 }
 PIPELINES = "bm25,deepct,deepimpact,deepimpact+bm25"
-WEIR = [sys.executable, "-m", "service.cli"]
+WEIR = [sys.executable, "-m", "weir.cli"]
 
 
 def run(cmd: list[str], log: Path) -> None:
@@ -187,8 +187,8 @@ def _examples(name: str, split: str, args):
     import hashlib
     import pickle
 
-    from ranker.training.common import DataSet
-    from ranker.training.ltr import load_examples
+    from weir.training.common import DataSet
+    from weir.training.ltr import load_examples
 
     index = args.indexes / name
     built = hashlib.sha256((index / "manifest.json").read_bytes()).hexdigest()[:12]
@@ -212,12 +212,12 @@ def ltr_sweep(args) -> None:
     test by the model of every collection (as ``ltr-final``). The same models and scores as `ltr-loco` (`weir train
     ltr` + `weir experiment`), to compare recipes cheaply before confirming one that way. Rows go to
     --work/ltr-sweep.jsonl."""
-    from ranker.evaluation.measures import evaluate
-    from ranker.evaluation.significance import paired, paired_test
-    from ranker.rerankers.ltr_features import FEATURES
-    from ranker.stage import apply_scores
-    from ranker.training.ltr import TrainConfig, _fit_on, _init_col, _score, rounds_note
-    from weir.trec import read_qrels
+    from weir.evaluation.measures import evaluate
+    from weir.evaluation.significance import paired, paired_test
+    from weir.ranker.rerankers.ltr_features import FEATURES
+    from weir.ranker.stage import apply_scores
+    from weir.training.ltr import TrainConfig, _fit_on, _init_col, _score, rounds_note
+    from weir.core.trec import read_qrels
 
     train = {n: _examples(n, "train", args) for n in args.collections}
     test = {n: _examples(n, "test", args) for n in args.collections}
@@ -255,9 +255,9 @@ def ltr_sweep(args) -> None:
 
 
 def cache(args) -> None:
-    from indexer.collections import Collection
-    from indexer.weighting.cache import cached_term_vectors
-    from indexer.weighting.model import Backbone
+    from weir.indexer.collections import Collection
+    from weir.indexer.weighting.cache import cached_term_vectors
+    from weir.indexer.weighting.model import Backbone
 
     backbone = Backbone()
     for name in args.collections:
@@ -309,12 +309,12 @@ def _fusion_grid(held: str, index: Path, work: Path) -> dict:
     path = work / "fusion-grid.json"
     if path.is_file():
         return json.loads(path.read_text())
-    from indexer.index_dir import Index
-    from ranker import registry
-    from ranker.evaluation.measures import evaluate as measure
-    from ranker.options import FusionOptions
-    from ranker.retrievers.hybrid import fuse_runs, impact_fusion_settings
-    from weir.trec import read_qrels, read_topics
+    from weir.indexer.index_dir import Index
+    from weir.ranker import registry
+    from weir.evaluation.measures import evaluate as measure
+    from weir.ranker.options import FusionOptions
+    from weir.ranker.retrievers.hybrid import fuse_runs, impact_fusion_settings
+    from weir.core.trec import read_qrels, read_topics
 
     c = COLLECTIONS / held
     qrels = read_qrels(c / "qrels.txt")
@@ -403,10 +403,10 @@ def shrinkage(args) -> None:
     import numpy as np
     import torch
 
-    from indexer.collections import Collection
-    from indexer.weighting.cache import cached_term_vectors
-    from indexer.weighting.members import coefficient
-    from indexer.weighting.model import Backbone, TermWeighter
+    from weir.indexer.collections import Collection
+    from weir.indexer.weighting.cache import cached_term_vectors
+    from weir.indexer.weighting.members import coefficient
+    from weir.indexer.weighting.model import Backbone, TermWeighter
 
     backbone = Backbone()
     rows_of = {}

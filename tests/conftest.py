@@ -37,7 +37,7 @@ def in_loopback_namespace(command: list[str]) -> tuple[list[str], str]:
 @pytest.fixture(scope="session")
 def index_factory(tmp_path_factory):
     """Build (once per session) the index of a shared collection: ``index_factory("beir-scifact", "bm25")``."""
-    from indexer.build import build_index
+    from weir.indexer.build import build_index
 
     built: dict[tuple, Path] = {}
 
@@ -75,7 +75,7 @@ def weighting_collection(root: Path) -> Path:
 
 def learned_index(coll: Path, models: dict, out: Path) -> Path:
     """An index of ``coll`` with bm25 and both learned components, from these head directories."""
-    from indexer.build import build_index
+    from weir.indexer.build import build_index
 
     build_index(coll, out, components=("bm25", "deepct", "deepimpact"),
                 learned={"deepct_model": str(models["deepct"]), "deepimpact_model": str(models["deepimpact"])})
@@ -87,7 +87,7 @@ def learned_tiny(tmp_path_factory):
     """A corpus, two untrained heads saved as artifacts (fixed seed), and an index with both learned components."""
     import torch
 
-    from indexer.weighting.model import Backbone, make_head, save
+    from weir.indexer.weighting.model import Backbone, make_head, save
 
     root = tmp_path_factory.mktemp("weighting")
     coll = weighting_collection(root)
@@ -101,3 +101,39 @@ def learned_tiny(tmp_path_factory):
             torch.nn.init.constant_(head.bias, 0.3)
         models[kind] = save(root / kind, head, {"kind": kind, "base_model": "all-MiniLM-L6-v2", "max_length": 16})
     return coll, models, learned_index(coll, models, root / "index")
+
+
+# --- a tiny BM25 + dense index and an untrained attention model directory (rerankers, training, service) ---
+
+DOCS = [  # the tiny index of the LTR tests
+    {"id": "d1", "title": "Apple pie", "text": "apple banana split with banana"},
+    {"id": "d2", "title": "", "text": "cherry orange"},
+    {"id": "d3", "title": "Banana bread", "text": "bread recipe apple"},
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_index(tmp_path_factory):
+    from weir.indexer.build import build_index
+    from weir.indexer.index_dir import Index
+
+    root = tmp_path_factory.mktemp("tiny")
+    (root / "coll").mkdir()
+    with open(root / "coll" / "corpus.jsonl", "w") as f:
+        for d in DOCS:
+            f.write(json.dumps(d) + "\n")
+    build_index(root / "coll", root / "index", components=("bm25", "dense"))
+    return Index(root / "index")
+
+
+HEADS = [[5, 3], [2, 0]]
+WEIGHTS = [0.7, -0.2]
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("attn")
+    (path / "heads.json").write_text(json.dumps({"kind": "attention", "base_model": "all-MiniLM-L6-v2",
+                                                 "max_length": 64, "heads": HEADS, "weights": WEIGHTS, "bias": 0.1,
+                                                 "calibrate": True, "idf": False}))
+    return path

@@ -24,7 +24,7 @@ def _answer(response) -> list:
 
 
 def _sequential(target: str, spec: dict) -> list:
-    from service.client import SearchClient
+    from weir.service.client import SearchClient
 
     with SearchClient(target, timeout=300) as c:
         return [_answer(c.search(q, k=spec["k"], pipeline=spec["pipeline"], depth=spec["depth"],
@@ -34,7 +34,7 @@ def _sequential(target: str, spec: dict) -> list:
 def _concurrent(target: str, spec: dict) -> dict:
     """``concurrent_calls`` calls by CALLERS threads, each call a query of the list (caller n asks queries n,
     n + CALLERS, ...): per call (query index, answer or error), and how many came from batches of several."""
-    from service.client import SearchClient
+    from weir.service.client import SearchClient
 
     queries, calls = spec["queries"], spec["concurrent_calls"]
 
@@ -60,7 +60,7 @@ def _concurrent(target: str, spec: dict) -> dict:
 def _errors(target: str, requests: list[dict]) -> list:
     import grpc
 
-    from service.client import SearchClient
+    from weir.service.client import SearchClient
 
     out = []
     with SearchClient(target, timeout=60) as c:
@@ -75,10 +75,10 @@ def _errors(target: str, requests: list[dict]) -> list:
 
 
 def run_scenario(scenario: dict) -> dict:
-    from service.client import SearchClient
-    from service.config import ServiceConfig
-    from service.server import BackgroundServer
-    from service.sharded import ShardedServer
+    from weir.service.client import SearchClient
+    from weir.service.config import ServiceConfig
+    from weir.service.server import BackgroundServer
+    from weir.service.sharded import ShardedServer
 
     pipelines = sorted({p["pipeline"] for p in scenario["pipelines"]})
     common = {"port": 0, "verify_checksums": False, "pipelines": pipelines, "access_log": False}

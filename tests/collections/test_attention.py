@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from weir.types import Run
+from weir.core.types import Run
 
 pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 def test_default_attention_model_reranks_dl19_to_its_recorded_figure(index_factory, tmp_path, capsys):
     """The shipped models/attention, through `weir run --candidates ... --pipeline attention`, re-ranks the DL 2019
     BM25 top-100 (0.5058) to nDCG@10 0.6711, the figure its cross-validated form recorded (models/RESULTS.md)."""
-    from service.cli import main
+    from weir.cli import main
     from tests.conftest import collection
 
     coll = collection("msmarco-passage-trec-dl-pool")
@@ -34,11 +34,11 @@ def test_default_attention_model_reranks_dl19_to_its_recorded_figure(index_facto
 def test_train_late_attention_end_to_end_on_adi(index_factory, tmp_path, capsys):
     """`weir train attention --interaction late` on ADI (BM25 top-20 candidates): a 2-fold CV run over every query,
     a model directory the reranker loads, and the card's validation history starting at the initialization."""
-    from indexer.index_dir import Index
-    from ranker.rerankers.attention import AttentionReranker
-    from service.cli import main
+    from weir.indexer.index_dir import Index
+    from weir.ranker.rerankers.attention import AttentionReranker
+    from weir.cli import main
     from tests.conftest import collection
-    from weir.trec import read_topics
+    from weir.core.trec import read_topics
 
     coll = collection("adi")
     index = index_factory("adi")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ranker.evaluation.experiment import Config, run_experiment
-from service.cli import main
+from weir.evaluation.experiment import Config, run_experiment
+from weir.cli import main
 from tests.conftest import collection
 
 pytestmark = pytest.mark.data  # every test here reads ../shared/collections

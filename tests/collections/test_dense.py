@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 from tests.conftest import collection
-from weir.types import InputError, Query
+from weir.core.types import InputError, Query
 
 pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 
 
 def test_dense_component_on_adi(tmp_path):
     """Every index type builds from a streamed corpus, with a docid map, float16 vectors and recorded parameters."""
-    from indexer.build import build_index
-    from indexer.dense import DenseConfig
-    from indexer.index_dir import Index, verify
-    from ranker.retrievers.dense import DenseRetriever
+    from weir.indexer.build import build_index
+    from weir.indexer.dense import DenseConfig
+    from weir.indexer.index_dir import Index, verify
+    from weir.ranker.retrievers.dense import DenseRetriever
 
     adi = collection("adi")
     exact = None
@@ -60,11 +60,11 @@ def test_dense_and_hybrid_reproduce_on_scifact(index_factory):
     fusion, untuned): above BM25 (0.6789) on nDCG@10 and R@100 (0.9253)."""
     import faiss
 
-    from indexer.dense import index_from_vectors, open_dense
-    from indexer.index_dir import Index
-    from ranker import registry
-    from ranker.evaluation.measures import evaluate
-    from weir.trec import read_qrels, read_topics
+    from weir.indexer.dense import index_from_vectors, open_dense
+    from weir.indexer.index_dir import Index
+    from weir.ranker import registry
+    from weir.evaluation.measures import evaluate
+    from weir.core.trec import read_qrels, read_topics
 
     root = collection("beir-scifact")
     index = Index(index_factory("beir-scifact", "bm25,dense"))
@@ -95,8 +95,8 @@ def test_dense_and_hybrid_reproduce_on_scifact(index_factory):
 @pytest.fixture(scope="module")
 def adi_flat(tmp_path_factory):
     """A flat dense index of ADI, whose vectors the IVF builds below reuse (--dense-vectors-from)."""
-    from indexer.build import build_index
-    from indexer.dense import DenseConfig
+    from weir.indexer.build import build_index
+    from weir.indexer.dense import DenseConfig
 
     out = tmp_path_factory.mktemp("adi-flat") / "flat"
     build_index(collection("adi"), out, components=("dense",), dense=DenseConfig(chunk_size=16))
@@ -109,11 +109,11 @@ def test_an_on_disk_ivf_index_searches_as_the_one_in_memory(adi_flat, tmp_path):
     for every ADI query, also to 8 concurrent callers."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from indexer.build import build_index
-    from indexer.dense import DenseConfig, index_parameters, open_dense, write_on_disk_index
-    from indexer.index_dir import Index, verify
-    from ranker.retrievers.dense import DenseRetriever
-    from weir.trec import read_topics
+    from weir.indexer.build import build_index
+    from weir.indexer.dense import DenseConfig, index_parameters, open_dense, write_on_disk_index
+    from weir.indexer.index_dir import Index, verify
+    from weir.ranker.retrievers.dense import DenseRetriever
+    from weir.core.trec import read_topics
 
     adi = collection("adi")
     indexes = {}
@@ -160,12 +160,12 @@ def test_on_disk_ivf_shards_merge_into_the_flat_index_top_k(adi_flat, tmp_path):
     the float16 vectors stored in vectors.npy, the flat index from the float32 ones.)"""
     from concurrent.futures import ThreadPoolExecutor
 
-    from indexer.build import build_index
-    from indexer.dense import DenseConfig
-    from indexer.index_dir import Index
-    from indexer.shards import ShardSpec
-    from ranker.retrievers.dense import DenseRetriever
-    from weir.trec import read_topics
+    from weir.indexer.build import build_index
+    from weir.indexer.dense import DenseConfig
+    from weir.indexer.index_dir import Index
+    from weir.indexer.shards import ShardSpec
+    from weir.ranker.retrievers.dense import DenseRetriever
+    from weir.core.trec import read_topics
 
     adi = collection("adi")
     shards = []

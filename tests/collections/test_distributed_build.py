@@ -1,4 +1,4 @@
-"""The distributed build on Ray (``weir index build --ray``, :mod:`indexer.distributed`) gives the single-process
+"""The distributed build on Ray (``weir index build --ray``, :mod:`weir.indexer.distributed`) gives the single-process
 index: the first 300 documents of Cranfield (real text) in blocks of 256 (the term weighting batch) on 2 local
 workers, so one block of 256 and one of 44. Killed as a whole after its first shard, a build of bm25, deepct and
 deepimpact run again resumes from it and gives the single-process index: every run of every component equal, ids,
@@ -41,7 +41,7 @@ TIMEOUT = 900
 
 
 def _build(coll: Path, out: Path, work: Path, components: str = COMPONENTS, extra: tuple[str, ...] = ()) -> list[str]:
-    command = [sys.executable, "-m", "service.cli", "index", "build", "--collection", str(coll), "--out", str(out),
+    command = [sys.executable, "-m", "weir.cli", "index", "build", "--collection", str(coll), "--out", str(out),
                "--with", components, "--skip-empty", "--dense-chunk-size", str(BLOCK), "--ray", "--ray-workers", "2",
                "--ray-cpus-per-worker", "1", "--ray-block-size", str(BLOCK), "--ray-work-dir", str(work),
                "--keep-shards", *extra]
@@ -80,8 +80,8 @@ def subset(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def single(subset, tmp_path_factory) -> Path:
-    from indexer.build import build_index
-    from indexer.dense import DenseConfig
+    from weir.indexer.build import build_index
+    from weir.indexer.dense import DenseConfig
 
     out = tmp_path_factory.mktemp("single") / "index"
     build_index(subset, out, components=tuple(COMPONENTS.split(",")), skip_empty=True,
@@ -90,9 +90,9 @@ def single(subset, tmp_path_factory) -> Path:
 
 
 def assert_same_index(single: Path, distributed: Path, coll: Path) -> None:
-    from indexer.index_dir import Index
-    from ranker import registry
-    from weir.trec import read_topics
+    from weir.indexer.index_dir import Index
+    from weir.ranker import registry
+    from weir.core.trec import read_topics
 
     a, b = Index(single), Index(distributed)
     queries = read_topics(coll / "queries.tsv")
@@ -154,18 +154,18 @@ def _kill_leftover_ray(work: Path) -> None:
 
 def test_quality_scoring_on_the_workers_prunes_as_one_process(tmp_path):
     """The first phase of a pruned distributed build: learned quality scores computed block by block on 2 workers."""
-    from indexer.build import build_index
-    from indexer.index_dir import Index
-    from indexer.quality.prune import PruneSpec
-    from ranker import registry
-    from weir.trec import read_topics
+    from weir.indexer.build import build_index
+    from weir.indexer.index_dir import Index
+    from weir.indexer.quality.prune import PruneSpec
+    from weir.ranker import registry
+    from weir.core.trec import read_topics
 
     coll = collection("cranfield")
     single = tmp_path / "single"
     build_index(coll, single, skip_empty=True, prune=PruneSpec("learned", fraction=0.25))
     out, work, log = tmp_path / "index", tmp_path / "work", tmp_path / "build.log"
     command = in_loopback_namespace(
-        [sys.executable, "-m", "service.cli", "index", "build", "--collection", str(coll), "--out", str(out),
+        [sys.executable, "-m", "weir.cli", "index", "build", "--collection", str(coll), "--out", str(out),
          "--with", "bm25", "--skip-empty", "--prune", "learned:0.25", "--ray", "--ray-workers", "2",
          "--ray-cpus-per-worker", "1", "--ray-work-dir", str(work), "--keep-shards", "--overwrite"])[0]
     for cache in ("first", "second"):  # a cache of its own: the scores are computed (then read from the shards)
@@ -197,11 +197,11 @@ def test_a_shard_set_built_on_ray_with_a_worker_killed_holds_the_single_index(su
     shards' merged hits (BM25 and DeepCT with the set's statistics, DeepImpact as it is) are the single index's for
     every query, ids and scores, on the single index's impact scale, and their dense vectors are its rows, the same
     bits."""
-    from indexer.index_dir import Index
-    from indexer.shards import global_statistics, read_shard_set
-    from ranker.retrievers.bm25 import BM25
-    from ranker.retrievers.learned_sparse import DeepCTRetriever, ImpactRetriever
-    from weir.trec import read_topics
+    from weir.indexer.index_dir import Index
+    from weir.indexer.shards import global_statistics, read_shard_set
+    from weir.ranker.retrievers.bm25 import BM25
+    from weir.ranker.retrievers.learned_sparse import DeepCTRetriever, ImpactRetriever
+    from weir.core.trec import read_topics
 
     out, work, log = tmp_path / "set", tmp_path / "work", tmp_path / "build.log"
     with open(log, "wb") as stderr:

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from ranker.evaluation.experiment import Config, parse_pipelines, run_experiment
-from ranker.evaluation.measures import evaluate
-from service import cli
+from weir.evaluation.experiment import Config, parse_pipelines, run_experiment
+from weir.evaluation.measures import evaluate
+from weir import cli
 from tests.conftest import collection
-from weir.trec import read_qrels
-from weir.types import Run
+from weir.core.trec import read_qrels
+from weir.core.types import Run
 
 pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 

@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 
-from indexer.build import build_index
-from indexer.index_dir import Index, read_manifest, verify
-from ranker import registry
-from service.cli import main
+from weir.indexer.build import build_index
+from weir.indexer.index_dir import Index, read_manifest, verify
+from weir.ranker import registry
+from weir.cli import main
 from tests.conftest import collection
-from weir.types import InputError, Query
+from weir.core.types import InputError, Query
 
 pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 

@@ -1,6 +1,6 @@
 """The in-process first stages rank exactly as Lucene does: every SciFact test query, every rank, every score bit.
 
-Lucene itself (``ranker.retrievers.lucene``: the query Anserini builds, searched by Lucene with weir's tie-break) is
+Lucene itself (``weir.ranker.retrievers.lucene``: the query Anserini builds, searched by Lucene with weir's tie-break) is
 the reference. BM25 runs over the BM25 index that ``weir index build`` writes (two segments, so the postings of both
 are merged). The learned stages are checked on the index formats they search (``-pretokenized`` for DeepCT, BM25
 with k1=10, b=0.9; ``-impact -pretokenized`` for DeepImpact, sums of impacts) with SciFact's own terms and
@@ -15,17 +15,17 @@ import json
 
 import pytest
 
-from indexer.index_dir import Index
-from indexer.lucene import index_pretokenized
-from indexer.postings import export
-from indexer.weighting.terms import terms as text_terms
-from ranker.retrievers.bm25 import BM25
-from ranker.retrievers.inverted import BM25Scores, ImpactScores, InvertedIndex
-from ranker.retrievers.learned_sparse import deepct_query, impact_query
-from ranker.retrievers.lucene import LuceneBM25Searcher, LuceneTermSearcher, bm25_similarity
+from weir.indexer.index_dir import Index
+from weir.indexer.lucene import index_pretokenized
+from weir.indexer.postings import export
+from weir.indexer.weighting.terms import terms as text_terms
+from weir.ranker.retrievers.bm25 import BM25
+from weir.ranker.retrievers.inverted import BM25Scores, ImpactScores, InvertedIndex
+from weir.ranker.retrievers.learned_sparse import deepct_query, impact_query
+from weir.ranker.retrievers.lucene import LuceneBM25Searcher, LuceneTermSearcher, bm25_similarity
 from tests.conftest import collection
-from weir import jvm
-from weir.trec import read_topics
+from weir.core import jvm
+from weir.core.trec import read_topics
 
 pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 
@@ -66,7 +66,7 @@ def test_bm25_ranks_every_scifact_query_as_lucene_does(index_factory):
     run = bm25.retrieve(topics[:5], 10)
     assert [(h.doc_id, h.score) for h in run[topics[0].id]] == reference.search(topics[0].text, 10)
     # the LTR reranker's candidate BM25 feature: Lucene's score of each candidate, 0 for one without a query term
-    from ranker.rerankers.ltr_features import LuceneStats
+    from weir.ranker.rerankers.ltr_features import LuceneStats
 
     stats = LuceneStats(index)
     for q in topics[:20]:
@@ -126,7 +126,7 @@ def test_impact_format_ranks_every_scifact_query_as_lucene_does(pretokenized_sci
 def test_batched_query_analysis_gives_each_text_its_own_terms():
     """Queries analyzed in one Java call (joined by a separator word) get exactly the terms each gets alone,
     on every topic of three collections, and a text holding the separator word itself falls back safely."""
-    from ranker.retrievers.lucene import EnglishAnalyzer
+    from weir.ranker.retrievers.lucene import EnglishAnalyzer
 
     analyzer = EnglishAnalyzer()
     for name in ("beir-scifact", "beir-arguana", "msmarco-passage-trec-dl-pool"):

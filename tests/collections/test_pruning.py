@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from indexer.index_dir import Index
-from indexer.quality.prune import PruneSpec, read_pruned
-from ranker import registry
-from ranker.evaluation.measures import evaluate
-from ranker.evaluation.significance import paired, paired_test
+from weir.indexer.index_dir import Index
+from weir.indexer.quality.prune import PruneSpec, read_pruned
+from weir.ranker import registry
+from weir.evaluation.measures import evaluate
+from weir.evaluation.significance import paired, paired_test
 from tests.conftest import collection
-from weir.trec import read_qrels, read_topics
+from weir.core.trec import read_qrels, read_topics
 
 pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 
@@ -41,7 +41,7 @@ def test_learned_pruning_of_a_quarter_of_scifact_beats_random_pruning(index_fact
 
 def test_the_sweep_writes_tables_plot_and_equivalence(tmp_path):
     """A small real sweep (ADI, BM25 only): rows per estimator and fraction, the tests, the plot, reused indexes."""
-    from ranker.training.pruning import SweepConfig, sweep
+    from weir.training.pruning import SweepConfig, sweep
 
     adi = collection("adi")
     config = SweepConfig(collection=str(adi), topics=str(adi / "queries.tsv"), qrels=str(adi / "qrels.txt"),

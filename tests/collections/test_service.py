@@ -12,11 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from service.client import SearchClient
-from service.config import ServiceConfig
-from service.server import BackgroundServer
+from weir.service.client import SearchClient
+from weir.service.config import ServiceConfig
+from weir.service.server import BackgroundServer
 from tests.conftest import collection
-from weir.trec import read_topics
+from weir.core.trec import read_topics
 
 pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 
@@ -92,7 +92,7 @@ def test_concurrent_callers_of_the_learned_sparse_stages_get_sequential_answers(
 
 @pytest.fixture(scope="module")
 def attention_ltr_server(index_factory):
-    from weir.runtime import MODELS
+    from weir.core.runtime import MODELS
 
     config = ServiceConfig.load(index=str(index_factory("adi", "bm25,dense")), port=0, verify_checksums=False,
                                 pipelines=["bm25", "bm25>>attention>>ltr"],
@@ -110,9 +110,9 @@ def test_concurrent_callers_of_ltr_over_attention_get_sequential_answers(attenti
 @pytest.fixture(scope="module")
 def members_ltr_server(index_factory, tmp_path_factory):
     """A server whose ``ltr`` is a model of 3 members (`weir train ltr --members 3`), trained here on ADI."""
-    from ranker.rerankers.ltr import LTRModel
-    from ranker.training.common import DataSet
-    from ranker.training.ltr import TrainConfig, train
+    from weir.ranker.rerankers.ltr import LTRModel
+    from weir.training.common import DataSet
+    from weir.training.ltr import TrainConfig, train
 
     index = index_factory("adi", "bm25,dense")
     out = tmp_path_factory.mktemp("ltr-members") / "ltr"
@@ -139,8 +139,8 @@ def members_impact_server(tmp_path_factory):
     """A server over ADI indexed with a DeepImpact head of 2 members shrunk by their disagreement (`weir train
     deepimpact --members 2 --shrink`, trained here on ADI for 2 epochs): its ``deepimpact+bm25`` takes its weights from
     that head's card."""
-    from indexer.build import build_index
-    from ranker.training.term_weighting import TrainConfig, train
+    from weir.indexer.build import build_index
+    from weir.training.term_weighting import TrainConfig, train
 
     root = tmp_path_factory.mktemp("deepimpact-members")
     adi = collection("adi")
@@ -201,7 +201,7 @@ def _concurrent_answers_are_sequential_answers(server, pipeline, k, depth, inclu
 
 
 def test_simultaneous_first_use_builds_a_pipeline_once(index_factory, monkeypatch):
-    from ranker import registry
+    from weir.ranker import registry
 
     builds: list[str] = []
     build = registry.build
@@ -247,7 +247,7 @@ def test_a_client_built_from_the_proto_alone_gets_a_reranked_answer(server, tmp_
 
     from grpc_tools import protoc
 
-    from service.stubs import PROTO
+    from weir.service.stubs import PROTO
 
     out = tmp_path / "foreign"
     (out / "v1").mkdir(parents=True)
@@ -265,7 +265,7 @@ def test_a_client_built_from_the_proto_alone_gets_a_reranked_answer(server, tmp_
 
 @pytest.fixture(scope="module")
 def pruned_server(index_factory):
-    from indexer.quality.prune import PruneSpec
+    from weir.indexer.quality.prune import PruneSpec
 
     path = index_factory("adi", "bm25,dense", prune=PruneSpec("learned", 0.25))
     config = ServiceConfig.load(index=str(path), port=0, verify_checksums=False)
@@ -274,7 +274,7 @@ def pruned_server(index_factory):
 
 
 def test_a_pruned_index_is_served_as_pruned_and_never_answers_with_a_pruned_document(pruned_server):
-    from indexer.quality.prune import read_pruned
+    from weir.indexer.quality.prune import read_pruned
 
     server, path = pruned_server
     gone = set(read_pruned(path / "quality"))

@@ -1,4 +1,4 @@
-"""Sharded serving on Ray Serve (service/sharded.py) against one server over the whole index, through gRPC: the 2-shard
+"""Sharded serving on Ray Serve (weir/service/sharded.py) against one server over the whole index, through gRPC: the 2-shard
 top 10 of every SciFact test topic is the single server's (BM25, each shard replicated twice), ranks and float scores
 alike; over a shard set of ADI (``--shard-set 2``) a flat dense index, DeepImpact, the fusions hybrid and
 deepimpact+bm25, and BM25 >> attention (reranked once after the merge, on 8 queries) too; 8 concurrent callers of the
@@ -19,11 +19,11 @@ import sys
 
 import pytest
 
-from indexer.build import build_index, build_shard_set, shard_name
-from indexer.collections import Collection
-from indexer.shards import ShardSpec
+from weir.indexer.build import build_index, build_shard_set, shard_name
+from weir.indexer.collections import Collection
+from weir.indexer.shards import ShardSpec
 from tests.conftest import ROOT, collection, in_loopback_namespace
-from weir.trec import read_topics
+from weir.core.trec import read_topics
 
 pytestmark = pytest.mark.data
 

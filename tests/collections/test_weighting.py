@@ -12,7 +12,7 @@ pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 def test_one_command_builds_both_learned_indexes_of_a_collection(tmp_path, capsys):
     """`weir index build --with bm25,deepct,deepimpact` with the committed artifacts, on ADI (82 documents): one
     encoder pass for both heads, a progress bar, and searchable deepct / deepimpact / deepimpact+bm25 pipelines."""
-    from service.cli import main
+    from weir.cli import main
     from tests.conftest import collection
 
     adi = collection("adi")

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from indexer.build import build_index
-from indexer.collections import Collection, Corpus
-from weir.trec import read_qrels
-from weir.types import InputError
+from weir.indexer.build import build_index
+from weir.indexer.collections import Collection, Corpus
+from weir.core.trec import read_qrels
+from weir.core.types import InputError
 
 
 def write(path, text: str | bytes):

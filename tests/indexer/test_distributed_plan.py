@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from indexer.collections import Corpus
-from indexer.dense import DenseConfig
-from indexer.distributed import block_size, plan_blocks
-from weir.types import InputError
+from weir.indexer.collections import Corpus
+from weir.indexer.dense import DenseConfig
+from weir.indexer.distributed import block_size, plan_blocks
+from weir.core.types import InputError
 
 
 def _corpus(tmp_path, n: int) -> Corpus:
@@ -51,7 +51,7 @@ def test_blocks_read_back_the_documents_of_the_stream(tmp_path):
 
 
 def test_the_plan_gathers_the_whole_collections_statistics(tmp_path):
-    from indexer.weighting.model import TermStatistics
+    from weir.indexer.weighting.model import TermStatistics
 
     corpus = _corpus(tmp_path, 300)
     docs = list(corpus)
@@ -73,7 +73,7 @@ def test_a_block_that_no_longer_matches_the_corpus_is_an_error(tmp_path):
 
 
 def test_a_work_directory_that_is_not_a_builds_is_never_emptied(tmp_path):
-    from indexer.distributed import RayOptions, compute_shards
+    from weir.indexer.distributed import RayOptions, compute_shards
 
     corpus = _corpus(tmp_path, 20)
     work = tmp_path / "mine"
@@ -86,7 +86,7 @@ def test_a_work_directory_that_is_not_a_builds_is_never_emptied(tmp_path):
 
 def test_the_phases_keep_their_own_plans_and_shards(tmp_path):
     """A pruned build's two phases share one work directory: each phase's plan decides only its own shards."""
-    from indexer.distributed import ENCODING, QUALITY, _open_work, write_shard
+    from weir.indexer.distributed import ENCODING, QUALITY, _open_work, write_shard
 
     work = tmp_path / "work"
     quality = {"blocks": 2, "estimator": "learned"}
@@ -101,9 +101,9 @@ def test_the_phases_keep_their_own_plans_and_shards(tmp_path):
 
 
 def test_an_estimator_that_compares_documents_is_not_scored_in_blocks(tmp_path):
-    from indexer.distributed import RayOptions, score_quality
-    from indexer.quality import open_estimator
-    from indexer.quality.prune import PruneSpec
+    from weir.indexer.distributed import RayOptions, score_quality
+    from weir.indexer.quality import open_estimator
+    from weir.indexer.quality.prune import PruneSpec
 
     assert open_estimator("learned").per_document and open_estimator("surface").per_document
     with pytest.raises(InputError, match="compares documents with each other"):
@@ -114,7 +114,7 @@ def test_an_estimator_that_compares_documents_is_not_scored_in_blocks(tmp_path):
 def test_the_workers_block_statistics_sum_to_the_whole_collections(tmp_path):
     """What the workers count block by block (``statistics/``), summed, is what one pass over the collection counts:
     the BM25 priors of every block are the single-process build's."""
-    from indexer.distributed import StatisticsWorker, collection_statistics
+    from weir.indexer.distributed import StatisticsWorker, collection_statistics
 
     corpus = _corpus(tmp_path, 700)
     keep = {d.id for d in corpus if not d.id.endswith("5")}
@@ -133,9 +133,9 @@ def test_the_workers_block_statistics_sum_to_the_whole_collections(tmp_path):
 def test_a_shard_hands_the_workers_only_its_documents(tmp_path, monkeypatch):
     """``--shard I/N --ray``: the Ray part is given the shard's documents only, those whose ordinal in the corpus
     stream (after --skip-empty) is I modulo N (the Ray part itself is tested in tests/collections/)."""
-    from indexer import distributed
-    from indexer.build import build_index
-    from indexer.shards import ShardSpec
+    from weir.indexer import distributed
+    from weir.indexer.build import build_index
+    from weir.indexer.shards import ShardSpec
 
     corpus = _corpus(tmp_path, 30)
     handed = {}

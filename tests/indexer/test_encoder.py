@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from weir.types import InputError
+from weir.core.types import InputError
 
 
 @pytest.fixture(scope="module")
 def encoder():
-    from indexer.encoder import shared_encoder
+    from weir.indexer.encoder import shared_encoder
 
     return shared_encoder()
 
@@ -18,7 +18,7 @@ def encoder():
 def test_encoder_matches_sentence_transformers(encoder):
     from sentence_transformers import SentenceTransformer
 
-    from weir.runtime import default_model_path
+    from weir.core.runtime import default_model_path
 
     texts = ["a short one", "Microglia are the resident immune cells of the brain. " * 40, "", "naïve café"]
     ours = encoder.encode_passages(texts, batch_size=2)  # sorted by length across batches, returned in input order
@@ -37,7 +37,7 @@ def test_query_cache(encoder):
 
 
 def test_bad_model_is_input_error():
-    from indexer.encoder import Encoder
+    from weir.indexer.encoder import Encoder
 
     with pytest.raises(InputError, match="cannot load encoder"):
         Encoder("/nonexistent/model/dir")

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from indexer.build import build_index
-from indexer.index_dir import Index
-from indexer.lucene import DOCIDS
-from indexer.postings import DIRECTORY, LENGTH_TABLE, Postings, export, open_postings
-from weir import jvm
+from weir.indexer.build import build_index
+from weir.indexer.index_dir import Index
+from weir.indexer.lucene import DOCIDS
+from weir.indexer.postings import DIRECTORY, LENGTH_TABLE, Postings, export, open_postings
+from weir.core import jvm
 
 DOCS = [
     {"id": "b", "title": "Apple pie", "text": "apple apple banana split with banana"},
@@ -91,9 +91,9 @@ def test_weir_index_upgrade_stores_the_postings_of_an_older_index(small_index, t
     corrupt component is refused untouched."""
     import shutil
 
-    from indexer.index_dir import read_manifest, tree_checksum, verify, write_manifest
-    from ranker.retrievers.bm25 import BM25
-    from service.cli import main
+    from weir.indexer.index_dir import read_manifest, tree_checksum, verify, write_manifest
+    from weir.ranker.retrievers.bm25 import BM25
+    from weir.cli import main
 
     old = tmp_path / "old"
     shutil.copytree(small_index.path, old)
@@ -124,8 +124,8 @@ def test_an_index_with_deleted_documents_searches_as_lucene_does(small_index, tm
     the export leaves them out of the postings and keeps Lucene's document frequencies for idf."""
     import shutil
 
-    from ranker.retrievers.inverted import BM25Scores, InvertedIndex
-    from ranker.retrievers.lucene import LuceneBM25Searcher
+    from weir.ranker.retrievers.inverted import BM25Scores, InvertedIndex
+    from weir.ranker.retrievers.lucene import LuceneBM25Searcher
 
     path = tmp_path / "bm25"
     shutil.copytree(small_index.component_path("bm25"), path)

@@ -9,15 +9,15 @@ import json
 import numpy as np
 import pytest
 
-from indexer.build import build_index
-from indexer.index_dir import Index, verify
-from indexer.quality import open_estimator
-from indexer.quality.cache import scores_for
-from indexer.quality.prune import PruneSpec, pruned_count, read_pruned, select
-from ranker import registry
-from ranker.options import PipelineOptions
+from weir.indexer.build import build_index
+from weir.indexer.index_dir import Index, verify
+from weir.indexer.quality import open_estimator
+from weir.indexer.quality.cache import scores_for
+from weir.indexer.quality.prune import PruneSpec, pruned_count, read_pruned, select
+from weir.ranker import registry
+from weir.ranker.options import PipelineOptions
 from tests.ranker.test_stage_contract import QUERIES, TEXTS, write_corpus
-from weir.types import Document, InputError, Query
+from weir.core.types import Document, InputError, Query
 
 
 @pytest.mark.parametrize("fraction, n, expected", [(0.25, 12, 3), (0.1, 12, 1), (0.5, 5, 3), (0.0, 7, 0),
@@ -49,7 +49,7 @@ def test_bad_prune_values_are_clear_errors(text, message):
 
 
 def test_the_command_line_refuses_bad_pruning_and_leaves_nothing(tmp_path, capsys):
-    from service.cli import main
+    from weir.cli import main
 
     coll = write_corpus(tmp_path / "coll")
     for args, message in ((["--prune", "learned:2"], "below 1"), (["--prune", "nonsense:0.2"], "unknown quality "
@@ -115,7 +115,7 @@ def test_a_pruned_index_searches_as_an_unpruned_index_of_the_kept_documents(prun
 
 def test_dense_vectors_reused_from_another_index_are_the_vectors_encoded(pruned, tmp_path):
     index, reference, gone = pruned
-    from indexer.dense import DenseConfig, open_dense
+    from weir.indexer.dense import DenseConfig, open_dense
 
     coll = index.manifest["collection"]["path"]
     build_index(coll, tmp_path / "copy", components=("dense",), prune=PruneSpec("learned", 0.25),
@@ -190,7 +190,7 @@ def _synthetic_collection(root):
 
 @pytest.mark.parametrize("estimator", ["learned", "surface"])
 def test_an_estimator_learns_an_obvious_quality_signal(tmp_path, estimator):
-    from ranker.training.quality import QualityTrainConfig, train
+    from weir.training.quality import QualityTrainConfig, train
 
     coll = _synthetic_collection(tmp_path / "coll")
     card = train(QualityTrainConfig(estimator=estimator, train=[f"{coll}:{coll}/queries.tsv:{coll}/qrels.txt"],

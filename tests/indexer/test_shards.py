@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from indexer.build import build_index
-from indexer.index_dir import Index
-from indexer.shards import ShardSpec, global_statistics, read_shard_set
-from ranker.retrievers.bm25 import BM25
-from weir.types import InputError
+from weir.indexer.build import build_index
+from weir.indexer.index_dir import Index
+from weir.indexer.shards import ShardSpec, global_statistics, read_shard_set
+from weir.ranker.retrievers.bm25 import BM25
+from weir.core.types import InputError
 
 WORDS = ("protein fold cell mouse vitamin bone density cancer stem gene expression tumour growth signal "
          "pathway receptor immune response blood pressure").split()
@@ -100,7 +100,7 @@ def test_a_shard_set_must_be_complete_and_of_one_build(shards, tmp_path):
 def test_deepct_with_the_shard_sets_statistics_scores_as_the_whole_index(learned_tiny, tmp_path):
     """DeepCT is BM25 over term frequencies a model gave each document on its own: with the shard set's statistics
     of the deepct component, two shards' merged hits are the whole index's."""
-    from ranker.retrievers.learned_sparse import DeepCTRetriever
+    from weir.ranker.retrievers.learned_sparse import DeepCTRetriever
     from tests.conftest import WEIGHTING_QUERIES
 
     coll, models, whole = learned_tiny
@@ -124,10 +124,10 @@ def test_a_shard_set_holds_the_whole_index_impacts_and_shards_built_alone_do_not
     quantizes with the whole collection's largest impact and two shards' merged DeepImpact hits are the whole
     index's, ids and integer scores; shards built one by one (``--shard I/N``) each have their own scale, and
     :func:`incomparable_learned` says so (a DeepCT head without lexical features is comparable either way)."""
-    from indexer.build import build_shard_set
-    from indexer.shards import incomparable_learned
-    from ranker.retrievers.learned_sparse import ImpactRetriever
-    from service.cli import main
+    from weir.indexer.build import build_shard_set
+    from weir.indexer.shards import incomparable_learned
+    from weir.ranker.retrievers.learned_sparse import ImpactRetriever
+    from weir.cli import main
     from tests.conftest import WEIGHTING_QUERIES
 
     coll, models, whole = learned_tiny

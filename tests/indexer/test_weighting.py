@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from indexer.weighting.build import deepct_tf, impact_scale, pseudo_document, quantize
-from indexer.weighting.terms import terms, unique_terms, word_terms
+from weir.indexer.weighting.build import deepct_tf, impact_scale, pseudo_document, quantize
+from weir.indexer.weighting.terms import terms, unique_terms, word_terms
 from tests.conftest import WEIGHTING_DOCS, WEIGHTING_QUERIES, learned_index, weighting_collection
 
 
@@ -37,7 +37,7 @@ def _postings(path) -> dict[str, dict[str, int]]:
     """docid -> {term: stored frequency} of a Lucene index, read term by term."""
     from jnius import autoclass
 
-    from indexer.lucene import open_reader
+    from weir.indexer.lucene import open_reader
 
     reader = open_reader(path)
     try:
@@ -56,7 +56,7 @@ def _postings(path) -> dict[str, dict[str, int]]:
 
 
 def _expected(models, kind):
-    from indexer.weighting.model import TermWeighter
+    from weir.indexer.weighting.model import TermWeighter
 
     m = TermWeighter(models[kind])
     return {d["id"]: dict(zip(*m.weights([(d["title"] + " " + d["text"]) if d["title"] else d["text"]])[0]))
@@ -78,9 +78,9 @@ def test_deepct_pseudo_documents_hold_round_100w(learned_tiny):
 
 
 def test_impact_index_and_scores_follow_the_formulas(learned_tiny):
-    from indexer.index_dir import Index
-    from ranker.retrievers.learned_sparse import ImpactRetriever
-    from weir.types import Query
+    from weir.indexer.index_dir import Index
+    from weir.ranker.retrievers.learned_sparse import ImpactRetriever
+    from weir.core.types import Query
 
     _, models, index = learned_tiny
     impacts = _expected(models, "deepimpact")
@@ -102,9 +102,9 @@ def test_impact_index_and_scores_follow_the_formulas(learned_tiny):
 
 
 def test_learned_pipelines_run(learned_tiny):
-    from indexer.index_dir import Index
-    from ranker import registry
-    from weir.types import Query
+    from weir.indexer.index_dir import Index
+    from weir.ranker import registry
+    from weir.core.types import Query
 
     _, _, index = learned_tiny
     idx = Index(index)
@@ -119,7 +119,7 @@ def untrained_bm25_shaped(tmp_path_factory):
     """Both heads in the BM25 shape, untrained (their last layer at zero), and an index of the tiny corpus."""
     import torch
 
-    from indexer.weighting.model import make_head, save
+    from weir.indexer.weighting.model import make_head, save
 
     root = tmp_path_factory.mktemp("bm25-shaped")
     coll = weighting_collection(root)
@@ -135,10 +135,10 @@ def test_an_untrained_bm25_shaped_impact_head_ranks_as_its_bm25_baseline(untrain
     """Impacts = BM25 weights (the collection's own idf and lengths, k1 0.9, b 0.4) quantized to 8 bits: the
     deepimpact ranking is the sum of those over the query's terms, each as often as the query has it (as BM25 scores
     it), computed here from the formula."""
-    from indexer.index_dir import Index
-    from indexer.weighting.model import TermStatistics
-    from ranker.retrievers.learned_sparse import ImpactRetriever
-    from weir.types import Query
+    from weir.indexer.index_dir import Index
+    from weir.indexer.weighting.model import TermStatistics
+    from weir.ranker.retrievers.learned_sparse import ImpactRetriever
+    from weir.core.types import Query
 
     texts = {d["id"]: f"{d['title']} {d['text']}" if d["title"] else d["text"] for d in WEIGHTING_DOCS}
     stats = TermStatistics(texts.values())
@@ -167,8 +167,8 @@ def test_an_untrained_bm25_shaped_impact_head_ranks_as_its_bm25_baseline(untrain
 
 
 def test_an_untrained_bm25_shaped_deepct_head_writes_ten_times_the_term_frequencies(untrained_bm25_shaped):
-    from indexer.index_dir import Index
-    from ranker.retrievers.learned_sparse import DeepCTRetriever
+    from weir.indexer.index_dir import Index
+    from weir.ranker.retrievers.learned_sparse import DeepCTRetriever
 
     postings = _postings(untrained_bm25_shaped / "deepct")
     for d in WEIGHTING_DOCS:
@@ -188,7 +188,7 @@ def test_a_head_of_several_members_averages_them(tmp_path, shape):
     weight is the mean of theirs. Checked against each member run alone, through the saved artifact."""
     import torch
 
-    from indexer.weighting.model import Backbone, TermWeighter, factor, make_head, save
+    from weir.indexer.weighting.model import Backbone, TermWeighter, factor, make_head, save
 
     backbone = Backbone(max_length=32)
     torch.manual_seed(3)
@@ -227,9 +227,9 @@ def test_members_shrunk_towards_the_prior_by_their_disagreement(tmp_path):
     exactly. Through the saved artifact, against numpy."""
     import torch
 
-    from indexer.weighting.members import shrinkage_prior
-    from indexer.weighting.model import Backbone, TermWeighter, factor, make_head, save
-    from weir.types import InputError
+    from weir.indexer.weighting.members import shrinkage_prior
+    from weir.indexer.weighting.model import Backbone, TermWeighter, factor, make_head, save
+    from weir.core.types import InputError
 
     backbone = Backbone(max_length=32)
     torch.manual_seed(5)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ranker.options import BM25Options, PipelineOptions
-from weir.types import InputError
+from weir.ranker.options import BM25Options, PipelineOptions
+from weir.core.types import InputError
 
 
 def test_flat_keys_reach_every_stage_they_concern():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ranker.stage import apply_scores
-from weir.types import Hit, Query, Run
+from weir.ranker.stage import apply_scores
+from weir.core.types import Hit, Query, Run
 
 
 def test_apply_scores_never_drops_or_invents():

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from ranker import registry
-from ranker.options import PipelineOptions
-from ranker.stage import CandidateRun, Pipeline, Reranker
-from weir.types import Query
+from weir.ranker import registry
+from weir.ranker.options import PipelineOptions
+from weir.ranker.stage import CandidateRun, Pipeline, Reranker
+from weir.core.types import Query
 
 TEXTS = [
     ("Coffee and health", "Drinking coffee may lower the risk of liver disease and type 2 diabetes."),
@@ -45,8 +45,8 @@ def index(tmp_path_factory):
     """Every index component over TEXTS (the committed learned-weight heads), and an untrained cross-encoder."""
     import torch
 
-    from indexer.build import build_index
-    from indexer.index_dir import Index
+    from weir.indexer.build import build_index
+    from weir.indexer.index_dir import Index
 
     root = tmp_path_factory.mktemp("contract")
     build_index(write_corpus(root / "coll"), root / "index", components=("bm25", "dense", "deepct", "deepimpact"))

@@ -9,7 +9,7 @@ from tests.ranker.test_stage_contract import write_corpus
 
 @pytest.fixture(scope="session")
 def small_index(tmp_path_factory):
-    from indexer.build import build_index
+    from weir.indexer.build import build_index
 
     root = tmp_path_factory.mktemp("service")
     build_index(write_corpus(root / "coll"), root / "index", components=("bm25", "dense"))

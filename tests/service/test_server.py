@@ -11,10 +11,10 @@ import urllib.request
 import grpc
 import pytest
 
-from service.client import SearchClient
-from service.config import ServiceConfig
-from service.server import BackgroundServer
-from weir.types import InputError
+from weir.service.client import SearchClient
+from weir.service.config import ServiceConfig
+from weir.service.server import BackgroundServer
+from weir.core.types import InputError
 
 
 def _config(index, **settings) -> ServiceConfig:
@@ -161,7 +161,7 @@ def test_expired_request_stops_before_its_next_stage(small_index):
 
 def test_cancelled_request_stops_before_its_next_stage(small_index):
     """A caller that cancels during BM25: the LTR stage never runs for its query, and the server goes on."""
-    from service.stubs import search_pb2
+    from weir.service.stubs import search_pb2
 
     with BackgroundServer(_config(small_index, pipelines=["bm25", "bm25>>ltr"])) as s, \
             SearchClient(f"127.0.0.1:{s.port}") as c:
@@ -175,7 +175,7 @@ def test_cancelled_request_stops_before_its_next_stage(small_index):
 
 
 def test_taken_port_and_foreign_address_are_clear_errors(server, small_index, capsys):
-    from service.cli import main
+    from weir.cli import main
 
     assert main(["serve", "--index", str(small_index), "--port", str(server.port), "--no-verify"]) == 2
     assert f"cannot listen on 127.0.0.1:{server.port}: the port is taken" in capsys.readouterr().err

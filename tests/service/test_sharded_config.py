@@ -1,12 +1,12 @@
 """The service config of a sharded server: shards instead of an index, the [ray] section, their checks; which
-pipelines a sharded server refuses and why (service/sharded.py; the serving itself: tests/collections/)."""
+pipelines a sharded server refuses and why (weir/service/sharded.py; the serving itself: tests/collections/)."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.config import RayConfig, ServiceConfig
-from weir.types import InputError
+from weir.service.config import RayConfig, ServiceConfig
+from weir.core.types import InputError
 
 
 def test_shards_and_the_ray_section_come_from_toml_relative_to_the_file(tmp_path):
@@ -31,7 +31,7 @@ def test_bad_sharded_settings_are_input_errors(values, message):
 
 def test_pipelines_that_cannot_run_over_shards_say_why():
     pytest.importorskip("ray")
-    from service.sharded import unsupported_reason
+    from weir.service.sharded import unsupported_reason
 
     assert unsupported_reason("bm25>>attention") is None and unsupported_reason("dense>>crossencoder") is None
     assert "whole-index statistics" in unsupported_reason("bm25>>ltr")
@@ -48,11 +48,11 @@ def test_a_sharded_server_refuses_deepimpact_over_shards_built_one_by_one(learne
     of it) over them fails at start-up, before Ray starts, saying to build a shard set; their default pipelines
     leave deepimpact out and keep what compares (bm25, deepct)."""
     pytest.importorskip("ray")
-    from indexer.build import build_index
-    from indexer.index_dir import Index
-    from indexer.shards import ShardSpec
-    from ranker.options import PipelineOptions
-    from service.sharded import ShardedServer, refused_stages, sharded_pipelines
+    from weir.indexer.build import build_index
+    from weir.indexer.index_dir import Index
+    from weir.indexer.shards import ShardSpec
+    from weir.ranker.options import PipelineOptions
+    from weir.service.sharded import ShardedServer, refused_stages, sharded_pipelines
 
     coll, models, _ = learned_tiny
     learned = {f"{k}_model": str(v) for k, v in models.items()}
@@ -75,7 +75,7 @@ def test_ivfpq_dense_shards_are_refused_and_the_others_still_served():
     pytest.importorskip("ray")
     from types import SimpleNamespace
 
-    from service.sharded import refused_stages, unsupported_reason
+    from weir.service.sharded import refused_stages, unsupported_reason
 
     def shards(kind):
         return [SimpleNamespace(manifest={"components": {"bm25": {}, "dense": {"index": kind}}}) for _ in range(2)]

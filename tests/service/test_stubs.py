@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service import stubs
+from weir.service import stubs
 from tests.conftest import ROOT
 
 

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from tests.ranker.conftest import HEADS, WEIGHTS
-from weir.types import Hit, Query, Run
+from tests.conftest import HEADS, WEIGHTS
+from weir.core.types import Hit, Query, Run
 
 
 def _by_hand(model, query: str, passage: str) -> np.ndarray:
@@ -31,7 +31,7 @@ def _by_hand(model, query: str, passage: str) -> np.ndarray:
 
 
 def test_attention_score_equals_hand_computation(model_dir):
-    from ranker.rerankers.attention import AttentionModel, combine
+    from weir.ranker.rerankers.attention import AttentionModel, combine
 
     model = AttentionModel(model_dir, device="cpu")
     q, p = "coffee health", "Drinking coffee may lower the risk of some diseases."
@@ -48,7 +48,7 @@ def test_attention_score_equals_hand_computation(model_dir):
 
 def _tiny_index(tmp_path):
     """A four-document BM25 index at tmp_path/idx."""
-    from indexer.build import build_index
+    from weir.indexer.build import build_index
 
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "corpus.jsonl").write_text("".join(
@@ -58,8 +58,8 @@ def _tiny_index(tmp_path):
 
 
 def test_attention_reranker_keeps_candidates(model_dir, tmp_path):
-    from indexer.index_dir import Index
-    from ranker.rerankers.attention import AttentionReranker
+    from weir.indexer.index_dir import Index
+    from weir.ranker.rerankers.attention import AttentionReranker
 
     _tiny_index(tmp_path)
     reranker = AttentionReranker(Index(tmp_path / "idx"), model_dir, depth=3, device="cpu", batch_size=2)
@@ -76,7 +76,7 @@ def late_dir(tmp_path_factory):
     """A late-interaction model directory: the similarity-initialized relevance layer, perturbed (two heads)."""
     import torch
 
-    from ranker.rerankers.relevance_attention import RelevanceAttention
+    from weir.ranker.rerankers.relevance_attention import RelevanceAttention
 
     path = tmp_path_factory.mktemp("late")
     torch.manual_seed(0)
@@ -119,7 +119,7 @@ def _late_by_hand(model, query: str, passage: str):
 
 
 def test_late_attention_score_equals_hand_computation(late_dir):
-    from ranker.rerankers.attention import AttentionModel, combine
+    from weir.ranker.rerankers.attention import AttentionModel, combine
 
     model = AttentionModel(late_dir, device="cpu")
     q, p = "coffee health", "Drinking coffee may lower the risk of some diseases."
@@ -139,7 +139,7 @@ def test_similarity_initialization_is_soft_maxsim():
     its log-normalizer over the whole input (token cosines over the temperature)."""
     import torch
 
-    from ranker.rerankers.relevance_attention import RelevanceAttention, pad_states
+    from weir.ranker.rerankers.relevance_attention import RelevanceAttention, pad_states
 
     torch.manual_seed(1)
     q = torch.nn.functional.normalize(torch.randn(5, 384), dim=-1)
@@ -159,7 +159,7 @@ def test_segments_in_one_input_equal_separate_encodings(late_dir):
     gives every token the state of its segment encoded alone, which is what the late reranker computes."""
     import torch
 
-    from ranker.rerankers.attention import AttentionModel
+    from weir.ranker.rerankers.attention import AttentionModel
 
     model = AttentionModel(late_dir, device="cpu")
     tok = model.tokenizer
@@ -180,8 +180,8 @@ def test_segments_in_one_input_equal_separate_encodings(late_dir):
 
 
 def test_late_reranker_keeps_candidates(late_dir, tmp_path):
-    from indexer.index_dir import Index
-    from ranker.rerankers.attention import AttentionReranker
+    from weir.indexer.index_dir import Index
+    from weir.ranker.rerankers.attention import AttentionReranker
 
     _tiny_index(tmp_path)
     reranker = AttentionReranker(Index(tmp_path / "idx"), late_dir, depth=3, device="cpu", batch_size=2)

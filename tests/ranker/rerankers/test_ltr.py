@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from ranker.rerankers.ltr_features import FEATURES, bm25_idf, min_span, pair_features
-from weir.types import Hit, Query, Run
+from weir.ranker.rerankers.ltr_features import FEATURES, bm25_idf, min_span, pair_features
+from weir.core.types import Hit, Query, Run
 
 
 def test_min_span():
@@ -39,7 +39,7 @@ def test_pair_features_by_hand():
 
 
 def test_features_of_tiny_index_by_hand(tiny_index):
-    from ranker.rerankers.ltr_features import FeatureExtractor
+    from weir.ranker.rerankers.ltr_features import FeatureExtractor
 
     fx = FeatureExtractor(tiny_index)
     assert fx.lucene.analyze("Apple pie apple banana split with banana") == ["appl", "pie", "appl", "banana", "split", "banana"]
@@ -74,7 +74,7 @@ def test_features_of_tiny_index_by_hand(tiny_index):
 def _tiny_model(tmp_path):
     import lightgbm as lgb
 
-    from ranker.rerankers.ltr import LTRModel
+    from weir.ranker.rerankers.ltr import LTRModel
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, len(FEATURES))).astype(np.float32)
@@ -87,7 +87,7 @@ def _tiny_model(tmp_path):
 
 
 def test_ltr_model_round_trip(tmp_path):
-    from ranker.rerankers.ltr import LTRModel
+    from weir.ranker.rerankers.ltr import LTRModel
 
     model, X = _tiny_model(tmp_path)
     loaded = LTRModel.load(tmp_path / "m")
@@ -96,7 +96,7 @@ def test_ltr_model_round_trip(tmp_path):
 
 
 def test_ltr_reranker_keeps_candidates(tiny_index, tmp_path):
-    from ranker.rerankers.ltr import LTRReranker
+    from weir.ranker.rerankers.ltr import LTRReranker
 
     _tiny_model(tmp_path)
     reranker = LTRReranker(tiny_index, tmp_path / "m", depth=2)
@@ -113,7 +113,7 @@ def test_boosting_from_a_feature_round_trips(tmp_path):
     time, so scores survive save/load, and with no trees' say the ranking is the feature's."""
     import lightgbm as lgb
 
-    from ranker.rerankers.ltr import LTRModel, base_scores
+    from weir.ranker.rerankers.ltr import LTRModel, base_scores
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(60, len(FEATURES))).astype(np.float32)

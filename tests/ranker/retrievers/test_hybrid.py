@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from ranker.options import FusionOptions, PipelineOptions
-from ranker.retrievers.hybrid import HybridRetriever, fuse_runs, hybrid_settings, linear, normalize, parse_weights, rrf
-from ranker.stage import Retriever
-from weir.types import Hit, InputError, Query, Run
+from weir.ranker.options import FusionOptions, PipelineOptions
+from weir.ranker.retrievers.hybrid import HybridRetriever, fuse_runs, hybrid_settings, linear, normalize, parse_weights, rrf
+from weir.ranker.stage import Retriever
+from weir.core.types import Hit, InputError, Query, Run
 
 A = {"d1": 10.0, "d2": 6.0, "d3": 2.0}
 

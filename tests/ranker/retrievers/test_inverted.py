@@ -7,11 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
-from ranker.retrievers import inverted
-from ranker.retrievers.bm25 import BM25
-from ranker.retrievers.inverted import BM25Scores, ImpactScores, InvertedIndex
-from ranker.retrievers.lucene import LuceneBM25Searcher
-from weir.types import Query
+from weir.ranker.retrievers import inverted
+from weir.ranker.retrievers.bm25 import BM25
+from weir.ranker.retrievers.inverted import BM25Scores, ImpactScores, InvertedIndex
+from weir.ranker.retrievers.lucene import LuceneBM25Searcher
+from weir.core.types import Query
 
 QUERIES = ["apple banana", "banana banana bread", "cherry", "recipe for apple pie", "nothing matches this"]
 

@@ -1,0 +1,37 @@
+"""The `weir` command line: index builds, searches, runs, evaluations, training and the gRPC server, one module per
+command group. Every subcommand reports bad input (a missing file, a malformed line, an unknown pipeline) as one
+clear error line and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from weir.cli import evaluate, index, quality, search, serve, train, tune
+from weir.core.types import InputError
+
+GROUPS = (index, search, evaluate, serve, tune, train, quality)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="weir", description="Retrieval and reranking with learned term weighting: build indexes, search, "
+        "write TREC runs, evaluate them, train models, and serve pipelines over gRPC.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in GROUPS:
+        group.add_parsers(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser().parse_args(argv)
+    args.argv = argv  # as given, for records of what produced a result
+    try:
+        return args.func(args)
+    except InputError as e:
+        print(f"weir: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("weir: interrupted", file=sys.stderr)
+        return 130

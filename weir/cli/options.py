@@ -1,0 +1,94 @@
+"""The pipeline options every searching command shares (``--pipeline``, BM25, dense and hybrid, rerankers), turned
+into typed stage options (:class:`weir.ranker.options.PipelineOptions`) in one place."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from weir.ranker.options import PipelineOptions
+from weir.core.types import InputError
+
+# argparse destination -> pipeline option key (weir.ranker.options.FLAT_KEYS)
+OPTION_KEYS = {"k1": "k1", "b": "b", "fusion": "fusion", "fusion_weights": "fusion_weights",
+         "depth_per_stage": "depth_per_stage", "rrf_k": "rrf_k", "hybrid_stages": "hybrid_stages",
+         "dense_model": "dense_model", "ef_search": "ef_search", "nprobe": "nprobe", "rerank_depth": "depth",
+         "ltr_model": "ltr_model", "attention_model": "attention_model", "crossencoder_model": "crossencoder_model",
+         "device": "device", "batch_size": "batch_size"}
+
+
+def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True, pipeline: bool = True) -> None:
+    """The options of :func:`pipeline_options`; ``depth=False`` where the command has a ``--depth`` of its own,
+    ``pipeline=False`` where it takes no ``--pipeline``."""
+    if pipeline:
+        p.add_argument("--pipeline", default="bm25",
+                       help="first stage and rerankers joined by '>>' (default: bm25; with `weir run --candidates`, "
+                       "none: the candidates pass through). Known stages: see `weir pipelines`")
+    p.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
+    p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
+    h = p.add_argument_group("dense and hybrid first stages")
+    h.add_argument("--fusion", choices=("rrf", "minmax", "zscore", "linear"), default=None,
+                   help="hybrid fusion: reciprocal rank fusion, or a weighted sum of min-max or z-score normalized "
+                   "scores ('linear' = minmax) (default: as tuned by `weir tune fusion`, else zscore)")
+    h.add_argument("--fusion-weights", "--fusion-weight", dest="fusion_weights", default=None,
+                   help="hybrid and deepimpact+bm25 weights, one per stage: '0.3,0.7' or 'bm25=0.3,dense=0.7'; ';' "
+                   "for ',' inside a pipeline's brackets: 'deepimpact+bm25[fusion_weights=0.3;0.7]' (default: tuned, "
+                   "else equal)")
+    h.add_argument("--depth-per-stage", type=int, default=None, help="hybrid: candidates per fused stage (default 1000)")
+    h.add_argument("--rrf-k", type=int, default=None, help="hybrid: the RRF constant k (default: tuned, else 60)")
+    h.add_argument("--hybrid-stages", default=None, help="hybrid: first stages to fuse (default: bm25,dense)")
+    h.add_argument("--dense-model", default=None,
+                   help="dense: query encoder (default: the model recorded in the index manifest)")
+    h.add_argument("--ef-search", type=int, default=None, help="dense over HNSW: efSearch (default: as built)")
+    h.add_argument("--nprobe", type=int, default=None, help="dense over IVF-PQ: lists probed (default: as built)")
+    g = p.add_argument_group("rerankers (ltr, attention, crossencoder)")
+    if depth:
+        g.add_argument("--depth", dest="rerank_depth", type=int, default=None,
+                       help="candidates each reranker rescores (default: the reranker's, 100); -k is how many "
+                       "are returned")
+    g.add_argument("--ltr-model", default=None, help="ltr: LightGBM model directory (default: models/ltr)")
+    g.add_argument("--attention-model", default=None, help="attention: trained model directory (default: "
+                   "models/attention, else the one `weir train attention` wrote to $WEIR_MODELS)")
+    g.add_argument("--crossencoder-model", default=None, help="crossencoder: trained model directory")
+    g.add_argument("--device", default=None,
+                   help="device of the dense query encoder and the rerankers (default: cuda when available, else cpu)")
+    g.add_argument("--rerank-batch-size", dest="batch_size", type=int, default=None,
+                   help="pairs per forward pass (default: 64 on CPU, 256 on GPU)")
+
+
+def option_values(args: argparse.Namespace) -> dict:
+    """The pipeline options given on the command line, as weir.ranker.options keys (those not given left out)."""
+    return {key: getattr(args, dest) for dest, key in OPTION_KEYS.items() if getattr(args, dest, None) is not None}
+
+
+def pipeline_options(args: argparse.Namespace) -> PipelineOptions:
+    """The typed stage options of the parsed command line (raises InputError for a bad value)."""
+    return PipelineOptions.from_mapping(option_values(args))
+
+
+def key_values(items: list[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` strings of a repeatable flag -> {key: value}, values read as JSON where they are (numbers,
+    true/false), else kept as text."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"{flag} {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def fractions(text: str, flag: str = "--fractions") -> list[float]:
+    """``0.1,0.25`` -> [0.1, 0.25]."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected numbers such as 0.1,0.25,0.4,0.5") from None
+    if not all(math.isfinite(v) for v in values):
+        raise InputError(f"{flag} {text!r}: expected finite numbers")
+    return [v for v in values if v != 0.0]

@@ -1,0 +1,64 @@
+"""Evaluation of runs with ir-measures (pytrec_eval underneath): measures are declarative values, not our code."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import ir_measures
+from ir_measures import Measure
+
+from weir.core.types import InputError, Run
+
+DEFAULT_MEASURES = ("nDCG@10", "RR@10", "AP", "R@100", "R@1000")
+# measures whose relevance is binary: with graded qrels they count a document relevant at grade >= rel
+_BINARY = {"AP", "RR", "R", "P", "Success", "Rprec", "Bpref", "NumRelRet", "SetP", "SetR", "SetF"}
+
+
+def measures(names: Iterable[str], binary_min_rel: int = 1) -> dict[str, Measure]:
+    """Parse ir-measures names (``nDCG@10``, ``AP``, ``R@1000`` ...) into {name as given: measure}; binary measures
+    get ``rel=binary_min_rel`` (TREC DL counts grade >= 2 as relevant)."""
+    out = {}
+    for name in names:
+        try:
+            m = ir_measures.parse_measure(name.strip())
+        except (ValueError, NameError, SyntaxError, TypeError):
+            raise InputError(f"unknown measure {name!r} (ir-measures syntax, e.g. nDCG@10, RR@10, AP, R@100)") from None
+        if binary_min_rel != 1 and m.NAME in _BINARY and "rel" in m.SUPPORTED_PARAMS and "rel" not in m.params:
+            m = m(rel=binary_min_rel)
+        out[name.strip()] = m
+    return out
+
+
+def evaluate(run: Run | dict, qrels: dict[str, dict[str, int]], names: Sequence[str] = DEFAULT_MEASURES,
+             *, binary_min_rel: int = 1, per_query: bool = False):
+    """Mean of each measure over the judged queries (those in ``qrels``): a judged query the run has no hits for
+    counts 0 (ir-measures' convention, as ``trec_eval -c``; plain pytrec_eval leaves it out); unjudged queries of the
+    run are ignored.
+
+    Returns ``{label: mean}``, or with ``per_query`` also ``{label: {qid: value}}``."""
+    named = measures(names, binary_min_rel)
+    label = {m: name for name, m in named.items()}
+    run_dict = run.to_dict() if isinstance(run, Run) else run
+    run_dict = {qid: docs for qid, docs in run_dict.items() if qid in qrels}
+    if not run_dict:
+        raise InputError("the run and the qrels share no query id: wrong qrels for this run?")
+    means: dict[str, float] = {}
+    by_query: dict[str, dict[str, float]] = {name: {} for name in named}
+    for metric in ir_measures.iter_calc(list(named.values()), qrels, run_dict):
+        by_query[label[metric.measure]][metric.query_id] = metric.value
+    for name, values in by_query.items():
+        means[name] = sum(values.values()) / len(values) if values else 0.0
+    return (means, by_query) if per_query else means
+
+
+def format_table(rows: dict[str, dict[str, float]], digits: int = 4) -> str:
+    """A Markdown table: one row per system, one column per measure."""
+    names = list(next(iter(rows.values())).keys()) if rows else []
+    width = max([len("system")] + [len(r) for r in rows])
+    head = f"| {'system'.ljust(width)} | " + " | ".join(n.rjust(max(len(n), digits + 2)) for n in names) + " |"
+    rule = "|" + "-" * (width + 2) + "|" + "|".join("-" * (max(len(n), digits + 2) + 2) for n in names) + "|"
+    lines = [head, rule]
+    for system, values in rows.items():
+        cells = " | ".join(f"{values[n]:.{digits}f}".rjust(max(len(n), digits + 2)) for n in names)
+        lines.append(f"| {system.ljust(width)} | {cells} |")
+    return "\n".join(lines)

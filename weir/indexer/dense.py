@@ -1,0 +1,393 @@
+"""The dense component of an index: passage embeddings (:mod:`weir.indexer.encoder`) in a faiss index, plus a docid map;
+built by :func:`build_dense`, opened for search by :func:`open_dense`.
+
+Files in the component directory:
+
+- ``index.faiss``: the faiss index over L2-normalized embeddings, inner product metric (= cosine). ``flat``
+  (exact, IndexFlatIP) by default; ``hnsw`` (IndexHNSWFlat: M, efConstruction, efSearch), ``ivfflat``
+  (IndexIVFFlat: nlist, nprobe; exact vectors, searched in the nprobe nearest lists) and ``ivfpq`` (IndexIVFPQ:
+  nlist, m sub-quantizers of nbits each, nprobe) trade exactness for speed or memory;
+- ``index.ivfdata`` (IVF types built ``on_disk``): the inverted lists, out of ``index.faiss``, memory-mapped at
+  search (faiss ``OnDiskInvertedLists``), so an index larger than memory is searched from the page cache. They are
+  built the way faiss's on-disk demo builds them: the trained empty index is filled part by part (each part's
+  vectors added, the part written), and the parts' lists are merged into the file (``merge_ondisk``). Neither the
+  build nor the search holds all vectors in memory; the lists hold the same entries, in the same order, as the
+  in-memory index, which gives the same results;
+- ``docids.txt``: one document id a line, line i = faiss row i;
+- ``vectors.npy``: the passage embeddings as float16 (n, dim), so rerankers and features can use dense similarity
+  without encoding again, and another faiss index can be built from them without the model.
+
+The corpus is streamed in chunks (encoded, added, written, dropped): no more than one chunk of texts is held.
+:class:`DenseIndex` is the opened component (faiss index, docid map, the float16 passage vectors memory-mapped for
+rerankers); it is opened once per process and shared by every retriever and feature over it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import threading
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from weir.core.types import Document, InputError, batched
+
+INDEX_TYPES = ("flat", "hnsw", "ivfflat", "ivfpq")
+IVF_TYPES = ("ivfflat", "ivfpq")
+INDEX_FILE, DOCIDS_FILE, VECTORS_FILE, LISTS_FILE = "index.faiss", "docids.txt", "vectors.npy", "index.ivfdata"
+PART_ROWS = 1 << 18  # vectors a part of an on-disk IVF index holds while it is filled (float32: 384 MiB at dim 384)
+
+
+@dataclass
+class DenseConfig:
+    """How to build the dense component. ``None`` parameters are chosen from the collection size at build time."""
+
+    index: str = "flat"
+    model: str | None = None          # Hugging Face name or local path; None: all-MiniLM-L6-v2 (offline copy)
+    device: str | None = None         # None: cuda when available, else cpu
+    batch_size: int = 64
+    chunk_size: int = 1024            # documents encoded (and held) at a time
+    max_length: int | None = None     # passage word pieces; None: the encoder's default (256)
+    # HNSW
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    # IVF (IVF-Flat, IVF-PQ)
+    nlist: int | None = None          # None: about 4 * sqrt(n), at most n / 39 (faiss's points per centroid)
+    nprobe: int = 16
+    on_disk: bool = False             # the inverted lists in index.ivfdata, memory-mapped at search
+    # IVF-PQ
+    pq_m: int | None = None           # None: dim / 8 (8 dimensions per sub-quantizer)
+    nbits: int = 8
+    # an index of the same collection (same corpus file) with a flat dense component of the same encoder: its
+    # vectors are reused for the documents it has (exactly: a flat index holds the float32 vectors) and only the others
+    # are encoded. What a sweep over pruned fractions, or a rebuild with another faiss index type, needs.
+    vectors_from: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def check(self) -> None:
+        if self.index not in INDEX_TYPES:
+            raise InputError(f"unknown dense index type {self.index!r}; known: {', '.join(INDEX_TYPES)}")
+        for name in ("batch_size", "chunk_size", "hnsw_m", "ef_construction", "ef_search", "nbits", "nprobe"):
+            if getattr(self, name) < 1:
+                raise InputError(f"dense index parameter {name} must be >= 1 (got {getattr(self, name)})")
+        if self.nbits > 16:
+            raise InputError(f"dense index parameter nbits must be <= 16 (got {self.nbits})")
+        if self.on_disk and self.index not in IVF_TYPES:
+            raise InputError(f"an on-disk dense index is an IVF index (--dense-index {' or '.join(IVF_TYPES)}); "
+                             f"{self.index!r} is held in memory")
+
+
+def index_parameters(config: DenseConfig, n: int, dim: int) -> dict:
+    """The faiss parameters of ``config`` for ``n`` vectors of ``dim`` dimensions (defaults resolved)."""
+    if config.index == "flat":
+        return {"metric": "inner_product"}
+    if config.index == "hnsw":
+        return {"metric": "inner_product", "M": config.hnsw_m, "efConstruction": config.ef_construction,
+                "efSearch": config.ef_search}
+    nlist = config.nlist or max(1, min(int(4 * math.sqrt(n)), n // 39))
+    if nlist > n:
+        raise InputError(f"IVF: nlist={nlist} is more than the {n} vectors to index")
+    if config.index == "ivfflat":
+        return {"metric": "inner_product", "nlist": nlist, "nprobe": min(config.nprobe, nlist),
+                "on_disk": config.on_disk}
+    pq_m = config.pq_m or max(1, dim // 8)
+    if dim % pq_m:
+        raise InputError(f"IVF-PQ: the number of sub-quantizers m={pq_m} must divide the dimension {dim}")
+    if n < 2 ** config.nbits:
+        raise InputError(f"IVF-PQ: {n} vectors cannot train {2 ** config.nbits} centroids per sub-quantizer "
+                         f"(nbits={config.nbits}); use fewer bits (e.g. --nbits 4) or a flat index")
+    return {"metric": "inner_product", "nlist": nlist, "m": pq_m, "nbits": config.nbits,
+            "nprobe": min(config.nprobe, nlist), "on_disk": config.on_disk}
+
+
+def new_index(kind: str, dim: int, params: dict):
+    """An empty faiss index of ``kind`` with ``params`` (as :func:`index_parameters` gives them)."""
+    import faiss
+
+    if kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, params["M"], faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = params["efConstruction"]
+        index.hnsw.efSearch = params["efSearch"]
+        return index
+    if kind in IVF_TYPES:
+        quantizer = faiss.IndexFlatIP(dim)
+        if kind == "ivfflat":
+            index = faiss.IndexIVFFlat(quantizer, dim, params["nlist"], faiss.METRIC_INNER_PRODUCT)
+        else:
+            index = faiss.IndexIVFPQ(quantizer, dim, params["nlist"], params["m"], params["nbits"],
+                                     faiss.METRIC_INNER_PRODUCT)
+        index.nprobe = params["nprobe"]
+        return index
+    raise InputError(f"unknown dense index type {kind!r}; known: {', '.join(INDEX_TYPES)}")
+
+
+@contextlib.contextmanager
+def _native_stdout_to_stderr():
+    """faiss's on-disk lists report on C stdout (resizing the file, finding it in another directory): sent to stderr,
+    where they cannot mix with a run written to stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _trained(vectors: np.ndarray, kind: str, params: dict, train_sample: int, seed: int):
+    n, dim = vectors.shape
+    index = new_index(kind, dim, params)
+    if not index.is_trained:
+        rows = np.sort(np.random.default_rng(seed).choice(n, size=min(n, train_sample), replace=False))
+        index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
+    return index
+
+
+def _add(index, vectors: np.ndarray, start: int, stop: int, chunk: int, *, with_ids: bool = False) -> None:
+    """Add rows ``start:stop`` of ``vectors``, ``chunk`` at a time; ``with_ids``: under their row numbers (a part of
+    an on-disk index, whose lists are merged as they are)."""
+    for at in range(start, stop, chunk):
+        rows = np.ascontiguousarray(vectors[at:min(stop, at + chunk)], dtype=np.float32)
+        if with_ids:
+            index.add_with_ids(rows, np.arange(at, at + len(rows), dtype=np.int64))
+        else:
+            index.add(rows)
+
+
+def index_from_vectors(vectors: np.ndarray, kind: str, params: dict, *, chunk: int = 65536, train_sample: int = 262144,
+                       seed: int = 0):
+    """Build a faiss index of ``kind`` from stored vectors (any float dtype, e.g. the float16 ``vectors.npy``)."""
+    index = _trained(vectors, kind, params, train_sample, seed)
+    _add(index, vectors, 0, len(vectors), chunk)
+    return index
+
+
+def write_on_disk_index(vectors: np.ndarray, kind: str, params: dict, out: Path, *, part_rows: int = PART_ROWS,
+                        chunk: int = 65536, train_sample: int = 262144, seed: int = 0) -> int:
+    """Write an IVF index of ``kind`` over stored ``vectors`` (memory-mapped, e.g. ``vectors.npy``) to ``out`` as
+    ``index.faiss`` with its inverted lists in ``index.ivfdata``; return the number of parts merged. Trained as
+    :func:`index_from_vectors` trains (same sample, same seed), so its lists equal the in-memory index's."""
+    import shutil
+
+    import faiss
+    from faiss.contrib.ondisk import merge_ondisk
+
+    if kind not in IVF_TYPES:
+        raise InputError(f"an on-disk dense index is an IVF index ({', '.join(IVF_TYPES)}), not {kind!r}")
+    index = _trained(vectors, kind, params, train_sample, seed)
+    parts_dir = out / "ivf-parts.partial"
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    parts = []
+    try:
+        for i, start in enumerate(range(0, len(vectors), part_rows)):
+            part = faiss.clone_index(index)
+            _add(part, vectors, start, min(len(vectors), start + part_rows), chunk, with_ids=True)
+            parts.append(str(parts_dir / f"{i:06d}.faiss"))
+            faiss.write_index(part, parts[-1])
+            del part
+        with _native_stdout_to_stderr():
+            merge_ondisk(index, parts, str(out / LISTS_FILE))
+        faiss.write_index(index, str(out / INDEX_FILE))
+    finally:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+    return len(parts)
+
+
+class ReusedVectors:
+    """The float32 vectors of another index's flat dense component, by document id (``DenseConfig.vectors_from``)."""
+
+    def __init__(self, index_path: str | os.PathLike, encoder, corpus_sha256: str | None):
+        import faiss
+
+        from weir.indexer.index_dir import Index
+
+        source = Index(index_path)
+        entry = source.manifest["components"].get("dense")
+        if entry is None or entry.get("index") != "flat":
+            raise InputError(f"--dense-vectors-from {index_path}: needs an index with a flat dense component")
+        if corpus_sha256 is not None and source.manifest["collection"].get("sha256") != corpus_sha256:
+            raise InputError(f"--dense-vectors-from {index_path}: that index was built from another corpus")
+        theirs, ours = entry["encoder"], encoder.describe()
+        keys = ("model_sha256", "pooling", "normalize", "dim", "passage_max_length")
+        if any(theirs.get(k) != ours.get(k) for k in keys) or not ours.get("model_sha256"):
+            raise InputError(f"--dense-vectors-from {index_path}: its encoder differs from this build's "
+                             f"({', '.join(f'{k} {theirs.get(k)!r} vs {ours.get(k)!r}' for k in keys)})")
+        path = source.component_path("dense")
+        self.index = faiss.read_index(str(path / INDEX_FILE))
+        with open(path / DOCIDS_FILE, encoding="utf-8") as f:
+            self.row_of = {line.rstrip("\n"): i for i, line in enumerate(f)}
+        self.source = {"index": str(Path(index_path).resolve()), "manifest_created": source.manifest.get("created")}
+        self.reused = 0
+
+    def vectors(self, chunk: list[Document], encode) -> np.ndarray:
+        """The vectors of ``chunk``: copied where the source has the document, ``encode``d otherwise."""
+        rows = [self.row_of.get(d.id) for d in chunk]
+        out = np.empty((len(chunk), self.index.d), dtype=np.float32)
+        missing = [i for i, r in enumerate(rows) if r is None]
+        for i, r in enumerate(rows):
+            if r is not None:
+                out[i] = self.index.reconstruct(r)
+        if missing:
+            out[missing] = encode([chunk[i].contents for i in missing])
+        self.reused += len(chunk) - len(missing)
+        return out
+
+
+def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | None = None, *,
+                corpus_sha256: str | None = None, computed=None) -> dict:
+    """Encode ``documents`` (title + " " + text, as the BEIR figures) and write the dense component to ``out``;
+    return its manifest entry (minus checksums). ``computed``: a function from a chunk of documents to their vectors,
+    already encoded elsewhere with this config's encoder (the shards of a distributed build)."""
+    import faiss
+
+    from weir.indexer.encoder import shared_encoder
+
+    config = config or DenseConfig()
+    config.check()
+    out.mkdir(parents=True, exist_ok=True)
+    options = {"device": config.device, "batch_size": config.batch_size}
+    if config.max_length:
+        options["passage_max_length"] = config.max_length
+    encoder = shared_encoder(config.model, **options)
+    dim = encoder.dim
+    reuse = ReusedVectors(config.vectors_from, encoder, corpus_sha256) if config.vectors_from else None
+    raw_path = out / "vectors.f16.partial"
+    # exact and HNSW indexes take the float32 vectors as they come; an IVF index is trained once all are known
+    streaming = new_index(config.index, dim, index_parameters(config, 1 << 20, dim)) \
+        if config.index not in IVF_TYPES else None
+    n = 0
+    with open(out / DOCIDS_FILE, "w", encoding="utf-8") as ids, open(raw_path, "wb") as raw:
+        for chunk in batched(documents, config.chunk_size):
+            if computed is not None:
+                vectors = computed(chunk)
+            elif reuse is None:
+                vectors = encoder.encode_passages([d.contents for d in chunk])
+            else:
+                vectors = reuse.vectors(chunk, encoder.encode_passages)
+            if streaming is not None:
+                streaming.add(vectors)
+            raw.write(vectors.astype(np.float16).tobytes())
+            ids.writelines(f"{d.id}\n" for d in chunk)
+            n += len(chunk)
+    if n == 0:
+        raise InputError("the dense index needs at least one document")
+    stored = np.lib.format.open_memmap(out / VECTORS_FILE, mode="w+", dtype=np.float16, shape=(n, dim))
+    source = np.memmap(raw_path, dtype=np.float16, mode="r", shape=(n, dim))
+    for start in range(0, n, 65536):
+        stored[start:start + 65536] = source[start:start + 65536]
+    stored.flush()
+    del stored, source
+    os.remove(raw_path)
+    params = index_parameters(config, n, dim)
+    if config.on_disk:
+        params["parts"] = write_on_disk_index(np.load(out / VECTORS_FILE, mmap_mode="r"), config.index, params, out)
+    else:
+        index = streaming if streaming is not None else \
+            index_from_vectors(np.load(out / VECTORS_FILE, mmap_mode="r"), config.index, params)
+        faiss.write_index(index, str(out / INDEX_FILE))
+        del index
+    entry = {k: v for k, v in asdict(config).items() if k in ("batch_size", "chunk_size")}
+    reused = {} if reuse is None else {
+        "vectors_reused": {**reuse.source, "documents": reuse.reused, "encoded": n - reuse.reused}}
+    return {
+        "type": f"faiss-{config.index}",
+        "documents": n,
+        **reused,
+        "encoder": {**encoder.describe(), "device": encoder.device, "fp16": encoder.fp16},
+        "index": config.index,
+        "parameters": {**params, **entry, "contents": "title + ' ' + text (BEIR flat)",
+                       "vectors": "float16 (n, dim) in vectors.npy, row i = line i of docids.txt"},
+    }
+
+
+class DenseIndex:
+    """The ``dense`` component of an index directory, opened: faiss index, docids, stored vectors, encoder settings."""
+
+    def __init__(self, path: Path, entry: dict):
+        import faiss
+
+        self.path, self.entry = Path(path), entry
+        self.kind = entry.get("index", "flat")
+        self.encoder_settings = entry.get("encoder", {})
+        self.on_disk = bool(entry.get("parameters", {}).get("on_disk"))
+        # an on-disk index finds its lists (index.ivfdata) beside index.faiss, wherever the directory now is
+        if self.on_disk:
+            with _native_stdout_to_stderr():
+                self.faiss = faiss.read_index(str(self.path / INDEX_FILE), faiss.IO_FLAG_ONDISK_SAME_DIR)
+        else:
+            self.faiss = faiss.read_index(str(self.path / INDEX_FILE))
+        with open(self.path / DOCIDS_FILE, encoding="utf-8") as f:
+            self.docids = [line.rstrip("\n") for line in f]
+        if len(self.docids) != self.faiss.ntotal:
+            raise InputError(f"{self.path}: {len(self.docids)} docids for {self.faiss.ntotal} vectors (corrupt index)")
+
+    @property
+    def dim(self) -> int:
+        return self.faiss.d
+
+    def query_encoder(self, model: str | None = None, device: str | None = None):
+        """The (shared) encoder of queries into this index's space: the model it was built with, or ``model`` (which
+        must give the same space, e.g. the same model at another path), with its pooling, normalization and query
+        length."""
+        from weir.indexer.encoder import QUERY_MAX_LENGTH, shared_encoder
+
+        settings = self.encoder_settings
+        encoder = shared_encoder(model or settings.get("model"), device=device,
+                                 query_max_length=settings.get("query_max_length", QUERY_MAX_LENGTH),
+                                 pooling=settings.get("pooling"), normalize=settings.get("normalize", True))
+        if encoder.dim != self.dim:
+            raise InputError(f"the encoder gives {encoder.dim}-dimensional vectors, the index at {self.path} holds "
+                             f"{self.dim}: use the model it was built with")
+        return encoder
+
+    @cached_property
+    def vectors(self) -> np.ndarray:
+        """The passage embeddings, float16 (n, dim), memory-mapped: row i is document ``docids[i]``."""
+        return np.load(self.path / VECTORS_FILE, mmap_mode="r")
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        return {doc_id: i for i, doc_id in enumerate(self.docids)}
+
+    def search_parameters(self, *, ef_search: int | None = None, nprobe: int | None = None):
+        """Per-call faiss search parameters (HNSW efSearch, IVF nprobe), or None for the index's stored ones."""
+        import faiss
+
+        if self.kind == "hnsw" and ef_search:
+            return faiss.SearchParametersHNSW(efSearch=int(ef_search))
+        if self.kind in IVF_TYPES and nprobe:
+            return faiss.SearchParametersIVF(nprobe=int(nprobe))
+        return None
+
+    def search(self, vectors: np.ndarray, k: int, params=None) -> tuple[np.ndarray, np.ndarray]:
+        k = min(int(k), self.faiss.ntotal)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if params is None:
+            return self.faiss.search(vectors, k)
+        return self.faiss.search(vectors, k, params=params)
+
+
+_OPENED: dict[tuple[str, str], DenseIndex] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def open_dense(index, component: str = "dense") -> DenseIndex:
+    """The opened dense component of ``index`` (an :class:`weir.indexer.index_dir.Index`; once per process, keyed by path
+    and checksum)."""
+    path = index.component_path(component)
+    entry = index.manifest["components"][component]
+    key = (str(path.resolve()), entry.get("sha256", ""))
+    with _OPENED_LOCK:
+        if key not in _OPENED:
+            _OPENED[key] = DenseIndex(path, entry)
+        return _OPENED[key]

@@ -1,0 +1,202 @@
+"""The index directory: built in a temporary sibling, renamed into place when complete, described by manifest.json,
+and opened for search (:class:`Index`).
+
+A crash, an interrupt or bad input never leaves a half-built index where a good one stood: the build writes to
+``<out>.building-<pid>`` and only a finished build (every component written, manifest included) is renamed to
+``<out>``. The manifest lists each component with a checksum over its files, verified when an index is opened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import threading
+import time
+from contextlib import contextmanager
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from weir.core import jvm
+from weir.core.types import Document, InputError
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+
+def tree_checksum(path: Path) -> tuple[str, int, int]:
+    """sha256 over the relative names and contents of every file below ``path``: (hex digest, files, bytes)."""
+    digest = hashlib.sha256()
+    files = size = 0
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        rel = file.relative_to(path).as_posix()
+        if rel == "write.lock":  # Lucene's lock file: empty and incidental
+            continue
+        digest.update(rel.encode() + b"\0")
+        with open(file, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        files += 1
+        size += file.stat().st_size
+    return digest.hexdigest(), files, size
+
+
+@contextmanager
+def staged_directory(out: Path, *, overwrite: bool):
+    """Yield a temporary sibling of ``out`` to build into; on success rename it into place, on failure remove it."""
+    out = Path(out).absolute()
+    if out.exists() and not overwrite:
+        raise InputError(f"{out} already exists; pass --overwrite to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.building-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = out.with_name(f"{out.name}.replaced-{os.getpid()}")
+    if out.exists():
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any], *, name: str = MANIFEST) -> None:
+    with open(directory / name, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, sort_keys=False)
+        f.write("\n")
+
+
+def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise InputError(f"{directory}: not a weir index (no {MANIFEST}); build one with `weir index build`")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: malformed manifest ({e})") from None
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise InputError(f"{path}: index format {manifest.get('format_version')!r}, this weir reads {FORMAT_VERSION}")
+    return manifest
+
+
+def verify(directory: str | os.PathLike, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Check every component's checksum against the manifest; raise :class:`InputError` naming the first mismatch."""
+    directory = Path(directory)
+    manifest = manifest or read_manifest(directory)
+    checked = dict(manifest["components"])
+    if "pruning" in manifest:
+        checked["quality (pruning)"] = manifest["pruning"]
+    for name, component in checked.items():
+        path = directory / component["path"]
+        if not path.exists():
+            raise InputError(f"{directory}: component {name!r} is missing ({path})")
+        digest, _, _ = tree_checksum(path)
+        if digest != component["sha256"]:
+            raise InputError(f"{directory}: component {name!r} does not match its manifest checksum (modified or corrupt)")
+    return manifest
+
+
+def store_postings(directory: str | os.PathLike) -> list[str]:
+    """Give every Lucene component of an index built before weir stored postings its ``postings/`` arrays
+    (:mod:`weir.indexer.postings`), in place: each component is checked against its manifest checksum first, then exported,
+    re-checksummed, and the manifest replaced atomically. Returns the components upgraded (none when all have them)."""
+    from weir.indexer.postings import write_postings
+
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    upgraded = []
+    for name, component in manifest["components"].items():
+        if not str(component.get("type", "")).startswith("lucene-") or "postings_arrays" in component:
+            continue
+        path = directory / component["path"]
+        digest, _, _ = tree_checksum(path)
+        if digest != component["sha256"]:
+            raise InputError(f"{directory}: component {name!r} does not match its manifest checksum (modified or "
+                             "corrupt); rebuild the index")
+        component["postings_arrays"] = write_postings(path)
+        component["sha256"], component["files"], component["bytes"] = tree_checksum(path)
+        upgraded.append(name)
+    if upgraded:
+        tmp = directory / f"{MANIFEST}.tmp-{os.getpid()}"
+        write_manifest(directory, manifest, name=tmp.name)
+        os.replace(tmp, directory / MANIFEST)
+    return upgraded
+
+
+class Timer:
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return round(time.perf_counter() - self.start, 3)
+
+
+class Index:
+    """An index directory built by ``weir index build``, opened: its manifest, its components' paths, and the stored
+    documents. ``verify_checksums=True`` checks every component's checksum first."""
+
+    def __init__(self, path: str | os.PathLike, *, verify_checksums: bool = False):
+        self.path = Path(path)
+        self.manifest = read_manifest(self.path)
+        if verify_checksums:
+            verify(self.path, self.manifest)
+        self._postings: dict[str, Any] = {}
+        self._postings_lock = threading.Lock()
+
+    @property
+    def components(self) -> list[str]:
+        return list(self.manifest["components"])
+
+    def component_path(self, name: str) -> Path:
+        if name not in self.manifest["components"]:
+            raise InputError(
+                f"{self.path}: this index has no {name!r} component (it has: {', '.join(self.components)}); "
+                f"rebuild it with `weir index build --with {name}`"
+            )
+        return self.path / self.manifest["components"][name]["path"]
+
+    def postings(self, component: str):
+        """The postings of a Lucene component (:class:`weir.indexer.postings.Postings`), loaded once per opened index and
+        shared by every stage that searches it."""
+        from weir.indexer.postings import open_postings
+
+        with self._postings_lock:
+            if component not in self._postings:
+                self._postings[component] = open_postings(self.component_path(component))
+            return self._postings[component]
+
+    @cached_property
+    def lucene(self):
+        """The pyserini searcher over the BM25 index (also the store of raw documents)."""
+        jvm.ensure()
+        from pyserini.search.lucene import LuceneSearcher
+
+        with jvm.lock:
+            return LuceneSearcher(str(self.component_path("bm25")))
+
+    @jvm.serialized
+    def documents(self, doc_ids: list[str], threads: int = 4) -> dict[str, Document]:
+        """Title and text of the given documents, from the raw documents stored in the BM25 index."""
+        found = self.lucene.batch_doc(list(dict.fromkeys(doc_ids)), threads)
+        out = {}
+        for doc_id, doc in found.items():
+            raw = json.loads(doc.raw())
+            title, contents = raw.get("title", ""), raw.get("contents", "")
+            text = contents[len(title) + 1:] if title and contents.startswith(title) else contents
+            out[doc_id] = Document(doc_id, title, text)
+        return out
+
+    @property
+    def num_docs(self) -> int:
+        return self.manifest["counts"]["documents"]
+
+    @property
+    def pruning(self) -> dict | None:
+        """The manifest's record of static pruning (estimator, fraction or threshold, counts), None if unpruned."""
+        return self.manifest.get("pruning")

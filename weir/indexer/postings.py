@@ -1,0 +1,284 @@
+"""The postings of one Lucene field as flat arrays, exported once from the index, for in-process scoring.
+
+A first stage that asks Lucene for every query pays the Java bridge per hit, and Java can be reached from one
+Python thread at a time (:mod:`weir.core.jvm`). Everything Lucene's BM25 and impact similarities read is small and
+static: per term its postings (doc number, frequency), per document its length norm (one byte), and two collection
+statistics. Read once into arrays, they let :mod:`weir.ranker.retrievers.inverted` compute Lucene's scores bit for bit
+in numpy, with Java out of the query path. No library reads a Lucene index into arrays: pyserini's ``IndexReader``
+walks postings through the same bridge, one call per posting, which is what the export below does, once.
+
+The arrays are written beside the Lucene files of a component when the index is built (``<component>/postings/``,
+so the component's checksum covers them):
+
+- ``terms.txt``: the field's terms in Lucene's order (UTF-8 byte order), one per line;
+- ``offsets.npy`` (int64, terms + 1): term ``t`` owns postings ``offsets[t]:offsets[t + 1]``;
+- ``docs.npy`` (int32): Lucene doc numbers (global over segments), ascending within a term;
+- ``freqs.npy`` (the smallest unsigned type that holds them): term frequencies (quantized impacts in an impact index);
+- ``norms.npy`` (uint8, one per Lucene doc): the length norm Lucene stored (absent when the field omits norms);
+- ``meta.json``: field, counts, the collection statistics Lucene's similarities use (docCount, sumTotalTermFreq),
+  and the sha256 of the Lucene commit (``segments_N``) they were read from, checked at every load.
+
+An index built before this module existed has no ``postings/``: it is exported in memory when opened (a few
+seconds per 100k documents), with a warning; ``weir index upgrade`` stores the arrays in place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from array import array
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from weir.indexer.lucene import open_reader, read_docid_table
+from weir.core import jvm
+
+log = logging.getLogger(__name__)
+
+DIRECTORY = "postings"
+FORMAT = 1
+FIELD = "contents"
+
+
+def _length_table() -> np.ndarray:
+    """Lucene's ``SmallFloat.byte4ToInt`` for every norm byte: the document length each norm stands for (what
+    ``BM25Similarity.LENGTH_TABLE`` holds). A port of ten lines, checked against Java in the tests."""
+    max_int4 = 231  # SmallFloat.longToInt4(Integer.MAX_VALUE)
+    free = 255 - max_int4  # NUM_FREE_VALUES: small lengths are stored as they are
+    table = np.empty(256, dtype=np.int64)
+    for byte in range(256):
+        if byte < free:
+            table[byte] = byte
+            continue
+        i = byte - free
+        bits, shift = i & 0x07, (i >> 3) - 1
+        decoded = bits if shift == -1 else (bits | 0x08) << shift
+        table[byte] = min(free + decoded, 2**31 - 1)
+    return table
+
+
+LENGTH_TABLE = _length_table()
+
+
+def commit_digest(path: Path) -> tuple[str, str]:
+    """(name, sha256) of the Lucene commit point of the index at ``path``: the ``segments_N`` with the highest
+    generation, which changes whenever the index does."""
+    commits = [p for p in Path(path).glob("segments_*") if p.name != "segments.gen"]
+    if not commits:
+        raise FileNotFoundError(f"{path} is not a Lucene index (no segments_N file)")
+    latest = max(commits, key=lambda p: int(p.name.split("_", 1)[1], 36))
+    return latest.name, hashlib.sha256(latest.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Postings:
+    """The postings, norms and collection statistics of one field (see the module docstring for each array)."""
+
+    field: str
+    terms: list[str]
+    offsets: np.ndarray
+    docs: np.ndarray
+    freqs: np.ndarray
+    norms: np.ndarray | None
+    max_doc: int
+    doc_count: int
+    sum_total_term_freq: int
+    docids: list[str]  # the collection id of each Lucene doc number (the component's docids.txt)
+    # an index with deleted documents (one written by another tool): the postings leave them out, but Lucene's
+    # statistics count them, so its document frequencies are kept apart, and the live documents counted
+    num_docs: int | None = None
+    lucene_doc_freqs: np.ndarray | None = None
+    # what readers derive from these arrays (a similarity's precomputed scores), kept as long as the arrays are
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @cached_property
+    def term_ids(self) -> dict[str, int]:
+        return {t: i for i, t in enumerate(self.terms)}
+
+    @property
+    def doc_freqs(self) -> np.ndarray:
+        """Each term's document frequency as Lucene's statistics give it (deleted documents included)."""
+        return self.lucene_doc_freqs if self.lucene_doc_freqs is not None else np.diff(self.offsets)
+
+    @property
+    def live_docs(self) -> int:
+        return self.max_doc if self.num_docs is None else self.num_docs
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.offsets, self.docs, self.freqs) + ((self.norms,) if self.norms is not None else ())
+        return sum(a.nbytes for a in arrays)
+
+    def write(self, directory: Path, lucene_path: Path, seconds: float) -> None:
+        if any("\n" in t for t in self.terms):
+            raise ValueError("a term holds a newline; terms.txt can not store it")
+        directory.mkdir(parents=True, exist_ok=True)
+        np.save(directory / "offsets.npy", self.offsets)
+        np.save(directory / "docs.npy", self.docs)
+        np.save(directory / "freqs.npy", self.freqs)
+        if self.norms is not None:
+            np.save(directory / "norms.npy", self.norms)
+        if self.lucene_doc_freqs is not None:
+            np.save(directory / "lucene_doc_freqs.npy", self.lucene_doc_freqs)
+        (directory / "terms.txt").write_text("".join(t + "\n" for t in self.terms), encoding="utf-8")
+        name, digest = commit_digest(lucene_path)
+        meta = {"format": FORMAT, "field": self.field, "terms": len(self.terms), "postings": len(self.docs),
+                "max_doc": self.max_doc, "doc_count": self.doc_count,
+                "sum_total_term_freq": self.sum_total_term_freq, "norms": self.norms is not None,
+                "num_docs": self.live_docs, "deleted_documents": self.lucene_doc_freqs is not None,
+                "freq_dtype": str(self.freqs.dtype), "lucene_commit": {"file": name, "sha256": digest},
+                "export_seconds": round(seconds, 2)}
+        (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def read(cls, directory: Path, lucene_path: Path) -> Postings:
+        meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{directory}: postings format {meta.get('format')}, this weir reads {FORMAT}")
+        name, digest = commit_digest(lucene_path)
+        if meta["lucene_commit"] != {"file": name, "sha256": digest}:
+            raise ValueError(f"{directory} was exported from another state of the Lucene index at {lucene_path} "
+                             f"({meta['lucene_commit']['file']}, now {name}); rebuild the index")
+        terms = (directory / "terms.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        norms = np.load(directory / "norms.npy") if meta["norms"] else None
+        doc_freqs = np.load(directory / "lucene_doc_freqs.npy") if meta.get("deleted_documents") else None
+        return cls(meta["field"], terms, np.load(directory / "offsets.npy"), np.load(directory / "docs.npy"),
+                   np.load(directory / "freqs.npy"), norms, meta["max_doc"], meta["doc_count"],
+                   meta["sum_total_term_freq"], read_docid_table(lucene_path), meta.get("num_docs"), doc_freqs)
+
+
+def _smallest_unsigned(values: np.ndarray) -> np.ndarray:
+    top = int(values.max()) if len(values) else 0
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dtype).max:
+            return values.astype(dtype)
+    return values.astype(np.uint64)
+
+
+@jvm.serialized
+def export(lucene_path: Path, field: str = FIELD, *, progress: bool = True) -> Postings:
+    """Read every posting and norm of ``field`` from the Lucene index at ``lucene_path`` (one pass, through
+    pyjnius: about 6 us a posting here)."""
+    reader = open_reader(Path(lucene_path))
+    try:
+        FREQS = jvm.autoclass("org.apache.lucene.index.PostingsEnum").FREQS
+        no_more = jvm.autoclass("org.apache.lucene.search.DocIdSetIterator").NO_MORE_DOCS
+        multi = jvm.autoclass("org.apache.lucene.index.MultiTerms").getTerms(reader, field)
+        if multi is None:
+            raise ValueError(f"the Lucene index at {lucene_path} has no field {field!r}")
+        max_doc = int(reader.maxDoc())
+        leaves = reader.leaves()
+        leaves = [leaves.get(i) for i in range(leaves.size())]
+        norms = np.zeros(max_doc, dtype=np.uint8)
+        has_norms = False
+        leaf_terms: list[list[str]] = []
+        leaf_dfs: list[array] = []  # postings kept per term (live documents)
+        lucene_dfs: list[array] = []  # Lucene's document frequencies (deleted documents included)
+        docs, freqs = array("i"), array("q")
+        total_terms = sum(max(int(ctx.reader().terms(field).size()), 0) for ctx in leaves
+                          if ctx.reader().terms(field) is not None)
+        bar = tqdm(total=total_terms, desc=f"postings {Path(lucene_path).name}", unit="term", disable=not progress)
+        for ctx in leaves:
+            leaf, base = ctx.reader(), int(ctx.docBase)
+            leaf_norms = leaf.getNormValues(field)
+            if leaf_norms is not None:
+                has_norms = True
+                next_doc, value = leaf_norms.nextDoc, leaf_norms.longValue
+                while (d := next_doc()) != no_more:
+                    norms[base + d] = value() & 0xFF
+            terms, dfs, lucene_df = [], array("q"), array("q")
+            leaf_terms.append(terms)
+            leaf_dfs.append(dfs)
+            lucene_dfs.append(lucene_df)
+            field_terms = leaf.terms(field)
+            if field_terms is None:
+                continue
+            live = leaf.getLiveDocs()  # None: no deleted document in this segment
+            it = field_terms.iterator()
+            next_term, doc_freq, total_freq, postings = it.next, it.docFreq, it.totalTermFreq, it.postings
+            pe = None
+            while (term := next_term()) is not None:
+                terms.append(term.utf8ToString())
+                df = int(doc_freq())
+                lucene_df.append(df)
+                pe = postings(pe, FREQS)
+                next_posting = pe.nextDoc
+                if live is not None:  # Lucene's postings still hold deleted documents; its searches skip them
+                    kept, is_live, freq = 0, live.get, pe.freq
+                    while (d := next_posting()) != no_more:
+                        if is_live(d):
+                            docs.append(base + d)
+                            freqs.append(freq())
+                            kept += 1
+                    dfs.append(kept)
+                elif total_freq() == df:  # every frequency is 1: one call a posting
+                    docs.extend(base + next_posting() for _ in range(df))
+                    freqs.extend([1] * df)
+                    dfs.append(df)
+                else:
+                    freq = pe.freq
+                    for _ in range(df):
+                        docs.append(base + next_posting())
+                        freqs.append(freq())
+                    dfs.append(df)
+                bar.update()
+        bar.close()
+        doc_count, sum_ttf = int(multi.getDocCount()), int(multi.getSumTotalTermFreq())
+        num_docs = int(reader.numDocs())
+        docids = read_docid_table(Path(lucene_path), reader)
+    finally:
+        reader.close()
+    docs_np, freqs_np = np.frombuffer(docs, dtype=np.int32), np.frombuffer(freqs, dtype=np.int64)
+    if len(leaf_terms) == 1:
+        all_terms, dfs = leaf_terms[0], np.frombuffer(leaf_dfs[0], dtype=np.int64)
+        lucene_df = np.frombuffer(lucene_dfs[0], dtype=np.int64)
+    else:  # merge segments: a term's postings are its postings in each segment, in segment (= doc number) order
+        all_terms = sorted(set().union(*leaf_terms), key=lambda t: t.encode("utf-8"))
+        ids = {t: i for i, t in enumerate(all_terms)}
+        term_of_posting = np.concatenate([
+            np.repeat(np.array([ids[t] for t in terms], dtype=np.int64), np.frombuffer(dfs, dtype=np.int64))
+            for terms, dfs in zip(leaf_terms, leaf_dfs)])
+        order = np.argsort(term_of_posting, kind="stable")
+        docs_np, freqs_np = docs_np[order], freqs_np[order]
+        dfs = np.bincount(term_of_posting, minlength=len(all_terms))
+        lucene_df = np.zeros(len(all_terms), dtype=np.int64)
+        for terms, counts in zip(leaf_terms, lucene_dfs):
+            lucene_df[[ids[t] for t in terms]] += np.frombuffer(counts, dtype=np.int64)
+    offsets = np.zeros(len(all_terms) + 1, dtype=np.int64)
+    np.cumsum(dfs, out=offsets[1:])
+    deleted = num_docs < max_doc
+    return Postings(field, list(all_terms), offsets, docs_np.copy(), _smallest_unsigned(freqs_np),
+                    norms if has_norms else None, max_doc, doc_count, sum_ttf, docids, num_docs,
+                    lucene_df.astype(np.int32) if deleted else None)
+
+
+def write_postings(lucene_path: Path, field: str = FIELD) -> dict:
+    """Export the postings of a finished Lucene component and store them in ``<lucene_path>/postings``; returns
+    what the manifest records."""
+    start = time.perf_counter()
+    postings = export(lucene_path, field)
+    seconds = time.perf_counter() - start
+    postings.write(Path(lucene_path) / DIRECTORY, Path(lucene_path), seconds)
+    return {"directory": DIRECTORY, "terms": len(postings.terms), "postings": len(postings.docs),
+            "seconds": round(seconds, 2)}
+
+
+def open_postings(lucene_path: Path, field: str = FIELD) -> Postings:
+    """The postings of ``field``: read from ``<lucene_path>/postings``, or exported now from an index built without
+    them (with a warning: rebuilding the index stores them)."""
+    lucene_path = Path(lucene_path)
+    directory = lucene_path / DIRECTORY
+    if (directory / "meta.json").is_file():
+        postings = Postings.read(directory, lucene_path)
+        if postings.field != field:
+            raise ValueError(f"{directory} holds field {postings.field!r}, not {field!r}")
+        return postings
+    log.warning("%s has no stored postings (built before weir stored them): reading them from Lucene now; "
+                "`weir index upgrade INDEX` stores them, and the index then opens at once", lucene_path)
+    return export(lucene_path, field)

@@ -1,0 +1,230 @@
+"""Named pipelines: ``bm25``, ``dense``, ``hybrid``, ``deepimpact``, ``hybrid>>ltr``, ``bm25>>attention`` ...
+
+A pipeline name is first-stage names and reranker names joined by ``>>``. Each name maps to a factory that builds
+the stage over an opened :class:`~weir.indexer.index_dir.Index` from its own typed options (:mod:`weir.ranker.options`);
+``weir run``, ``weir search``, experiments and the gRPC service all build pipelines here, so a stage added to the
+registry is usable everywhere at once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from weir.indexer.index_dir import Index
+from weir.ranker.options import (
+    BM25Options,
+    DeepCTOptions,
+    DenseOptions,
+    FusionOptions,
+    ImpactOptions,
+    PipelineOptions,
+    RerankerOptions,
+)
+from weir.ranker.stage import Pipeline, Reranker, Retriever, Stage
+from weir.core.runtime import shipped_model
+from weir.core.types import InputError
+
+# build(name) -> another first stage over the same index with its own options (what a fusion of stages needs)
+BuildStage = Callable[[str], Retriever]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered stage: ``options`` names its field of :class:`PipelineOptions`; ``make(index, own options,
+    build)`` returns the stage; ``requires`` the index components it reads; ``model`` the shipped model it loads
+    when its options name none (``models/<model>``)."""
+
+    options: str
+    make: Callable[[Index, Any, BuildStage], Stage]
+    requires: tuple[str, ...] = ()
+    model: str | None = None
+
+
+def _bm25(index: Index, o: BM25Options, _: BuildStage) -> Retriever:
+    from weir.ranker.retrievers.bm25 import BM25
+
+    return BM25(index, k1=o.k1, b=o.b)
+
+
+def _dense(index: Index, o: DenseOptions, _: BuildStage) -> Retriever:
+    from weir.ranker.retrievers.dense import DenseRetriever
+
+    return DenseRetriever(index, model=o.model, device=o.device, ef_search=o.ef_search, nprobe=o.nprobe)
+
+
+def _hybrid(index: Index, o: FusionOptions, build: BuildStage) -> Retriever:
+    """BM25 + dense (or ``stages``), fused as tuned by `weir tune fusion` when the index has it."""
+    from weir.ranker.retrievers.hybrid import HybridRetriever, hybrid_settings
+
+    settings = hybrid_settings(index, o)
+    for name in settings["stages"]:
+        if name not in FUSABLE:
+            raise InputError(f"hybrid cannot fuse {name!r}; fusable first stages: {', '.join(FUSABLE)}")
+    return HybridRetriever([build(name) for name in settings["stages"]], method=settings["method"],
+                           weights=settings["weights"], rrf_k=settings["rrf_k"], depth=settings["depth"])
+
+
+def _deepct(index: Index, o: DeepCTOptions, _: BuildStage) -> Retriever:
+    from weir.ranker.retrievers.learned_sparse import DeepCTRetriever
+
+    return DeepCTRetriever(index, k1=o.k1, b=o.b)
+
+
+def _deepimpact(index: Index, o: ImpactOptions, _: BuildStage) -> Retriever:
+    from weir.ranker.retrievers.learned_sparse import ImpactRetriever
+
+    return ImpactRetriever(index)
+
+
+def _deepimpact_bm25(index: Index, o: FusionOptions, build: BuildStage) -> Retriever:
+    """DeepImpact + BM25, min-max normalized linear interpolation; weights from the options, else the ones chosen on
+    training queries and recorded in the DeepImpact model card (see `weir train deepimpact`)."""
+    from weir.ranker.retrievers.hybrid import HybridRetriever, impact_fusion_settings
+
+    settings = impact_fusion_settings(index, o)
+    return HybridRetriever([build("deepimpact"), build("bm25")], method=settings["method"],
+                           weights=settings["weights"], depth=settings["depth"], name="deepimpact+bm25")
+
+
+def _ltr(index: Index, o: RerankerOptions, _: BuildStage) -> Reranker:
+    from weir.ranker.rerankers.ltr import LTRReranker
+
+    return LTRReranker(index, o.model, depth=o.depth, device=o.device)
+
+
+def _attention(index: Index, o: RerankerOptions, _: BuildStage) -> Reranker:
+    from weir.ranker.rerankers.attention import AttentionReranker
+
+    return AttentionReranker(index, o.model, depth=o.depth, device=o.device, batch_size=o.batch_size)
+
+
+def _crossencoder(index: Index, o: RerankerOptions, _: BuildStage) -> Reranker:
+    from weir.ranker.rerankers.crossencoder import CrossEncoderReranker
+
+    return CrossEncoderReranker(index, o.model, depth=o.depth, device=o.device, batch_size=o.batch_size)
+
+
+FIRST_STAGES: dict[str, Entry] = {
+    "bm25": Entry("bm25", _bm25, ("bm25",)),
+    "dense": Entry("dense", _dense, ("dense",)),
+    "hybrid": Entry("hybrid", _hybrid, ("bm25", "dense")),
+    "deepct": Entry("deepct", _deepct, ("deepct",)),
+    "deepimpact": Entry("deepimpact", _deepimpact, ("deepimpact",)),
+    "deepimpact+bm25": Entry("deepimpact_bm25", _deepimpact_bm25, ("deepimpact", "bm25")),
+}
+FUSABLE = tuple(sorted(name for name in FIRST_STAGES if name != "hybrid"))  # first stages a fusion can take
+RERANKERS: dict[str, Entry] = {
+    "ltr": Entry("ltr", _ltr, ("bm25",), "ltr"),
+    "attention": Entry("attention", _attention, ("bm25",), "attention"),
+    "crossencoder": Entry("crossencoder", _crossencoder, ("bm25",), "crossencoder"),
+}
+
+
+def available(name: str, index: Index, options: PipelineOptions | None = None) -> bool:
+    """Whether stage ``name`` can run over ``index``: the components it reads are there, and so is its model (the
+    one its options name, else the shipped one)."""
+    entry = FIRST_STAGES.get(name) or RERANKERS[name]
+    if not all(c in index.components for c in entry.requires):
+        return False
+    if entry.model is None or getattr(getattr(options or PipelineOptions(), entry.options), "model", None):
+        return True
+    try:
+        shipped_model(entry.model)
+    except InputError:
+        return False
+    return True
+
+
+def supported(index: Index, options: PipelineOptions | None = None) -> list[str]:
+    """Every pipeline the index supports with these options: each available first stage alone, and followed by each
+    available reranker."""
+    firsts = [n for n in FIRST_STAGES if available(n, index, options)]
+    rerankers = [n for n in RERANKERS if available(n, index, options)]
+    return firsts + [f"{f}>>{r}" for f in firsts for r in rerankers]
+
+
+def components(spec: str) -> list[str]:
+    """The index components pipeline ``spec`` reads (what its stages require), in stage order."""
+    needed: dict[str, None] = {}
+    for name in parse(spec):
+        entry = FIRST_STAGES.get(name) or RERANKERS[name]
+        needed.update(dict.fromkeys(entry.requires))
+    return list(needed)
+
+
+def build_stage(name: str, index: Index, options: PipelineOptions | None = None) -> Stage:
+    """One registered stage (first stage or reranker) over ``index``, from its part of ``options``."""
+    options = options or PipelineOptions()
+    entry = FIRST_STAGES.get(name) or RERANKERS.get(name)
+    if entry is None:
+        raise InputError(f"unknown stage {name!r}; known: {', '.join(sorted(FIRST_STAGES) + sorted(RERANKERS))}")
+    return entry.make(index, getattr(options, entry.options), lambda other: build_stage(other, index, options))
+
+
+def parse(spec: str) -> list[str]:
+    """Split and check a pipeline name such as ``bm25>>ltr``; raise :class:`InputError` explaining what is wrong."""
+    names = [n.strip() for n in spec.split(">>")]
+    if not spec.strip() or any(not n for n in names):
+        raise InputError(f"pipeline {spec!r} is empty or has an empty stage; e.g. 'bm25' or 'bm25>>ltr'")
+    first, rest = names[0], names[1:]
+    if first not in FIRST_STAGES:
+        if first in RERANKERS:
+            raise InputError(f"pipeline {spec!r} starts with the reranker {first!r}: put a first stage before it "
+                             f"({', '.join(sorted(FIRST_STAGES))}) or give candidates with --candidates")
+        raise InputError(f"unknown first stage {first!r} in pipeline {spec!r}; known: {', '.join(sorted(FIRST_STAGES))}")
+    for name in rest:
+        if name not in RERANKERS:
+            raise InputError(f"unknown reranker {name!r} in pipeline {spec!r}; known: {', '.join(sorted(RERANKERS))}")
+    return names
+
+
+def build(spec: str, index: Index, options: PipelineOptions | None = None, *,
+          first_stage: Stage | None = None) -> Pipeline:
+    """Build pipeline ``spec`` over ``index``. With ``first_stage`` (e.g. candidates from a run file) ``spec`` names
+    only rerankers, or is ``""`` to pass the candidates through."""
+    if first_stage is not None:
+        names = [n.strip() for n in spec.split(">>") if n.strip()]
+        unknown = [n for n in names if n not in RERANKERS]
+        if unknown:
+            raise InputError(f"with candidates from a run, the pipeline names rerankers only; unknown: {', '.join(unknown)}")
+        return Pipeline([first_stage] + [build_stage(n, index, options) for n in names])
+    return Pipeline([build_stage(n, index, options) for n in parse(spec)])
+
+
+def pipeline(spec: str, index: Index | str | os.PathLike, options: PipelineOptions | None = None,
+             **values: Any) -> Pipeline:
+    """The pipeline ``spec`` (``"bm25"``, ``"hybrid>>ltr"``, ...) over ``index``, an opened :class:`Index` or its
+    directory. Options come as a :class:`PipelineOptions` or as keywords named as on the command line (``k1=1.2``,
+    ``depth=20``, ``ltr_model="models/ltr"``, or ``STAGE.FIELD`` keys through ``**{"dense.ef_search": 64}``)."""
+    if values:
+        if options is not None:
+            raise InputError("give pipeline options as a PipelineOptions or as keywords, not both")
+        options = PipelineOptions.from_mapping(values)
+    return build(spec, index if isinstance(index, Index) else Index(index), options)
+
+
+class PipelineCache:
+    """Pipelines built once per process and reused (the JVM, searchers and models load once); a pipeline asked for
+    by several threads at once is built once, by the first."""
+
+    def __init__(self, index: Index, options: PipelineOptions | None = None):
+        self.index, self.options = index, options or PipelineOptions()
+        self._cache: dict[str, Pipeline] = {}
+        self._building: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def get(self, spec: str) -> Pipeline:
+        key = ">>".join(parse(spec))
+        pipeline = self._cache.get(key)
+        if pipeline is not None:
+            return pipeline
+        with self._lock:
+            building = self._building.setdefault(key, threading.Lock())
+        with building:  # other pipelines are served (and built) meanwhile
+            if key not in self._cache:
+                self._cache[key] = build(key, self.index, self.options)
+            return self._cache[key]

@@ -1,0 +1,203 @@
+"""Attention-based reranker (ICR / QRHead / ReAttn, on a trained encoder): query and passage go through the
+transformer as one input (``[CLS] query [SEP] passage [SEP]``, eager attention), and relevance is read from the
+attention that query tokens pay to passage tokens.
+
+For a selected set of (layer, head) pairs, a pair's head score is the attention mass the query's word pieces (not
+[CLS]/[SEP]) send to the passage's word pieces, averaged over query word pieces; it is calibrated by subtracting the
+same mass for a content-free query (``"N/A"``) over the same passage (ICR), a pass that depends on the passage only
+and is cached per document. The relevance score is a learned linear combination of the calibrated head scores
+(``weights``, ``bias``). Options (ReAttn): ``idf`` re-weights query word pieces by how unevenly their attention is
+spread over the query's candidates (a word piece that attends alike to every candidate carries no signal): weight
+``-log(mean_c m_c / max_c m_c)`` per word piece, normalized to sum 1; entropy regularization is a training option
+(:mod:`weir.training.attention_joint`).
+
+A model directory (`weir train attention`) holds the fine-tuned backbone (Hugging Face format), ``heads.json`` (the
+selected heads, weights, bias, settings) and ``card.json``. Pairs of every query of a batch are scored together,
+sorted by length (little padding), under autocast (bf16/fp16) on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from weir.indexer.index_dir import Index
+from weir.ranker.rerankers.backbone import (
+    NA_QUERY,
+    QUERY_MAX_TOKENS,
+    ModelDirectory,
+    pair_batches,
+    passage_mass,
+    segment_masks,
+)
+from weir.ranker.stage import Reranker, apply_scores
+from weir.core.runtime import autocast, shipped_model
+from weir.core.types import Query, Run, same_length_batches
+
+
+class AttentionModel:
+    """The trained backbone plus the head selection and combination of a model directory."""
+
+    def __init__(self, path: str | os.PathLike, *, device: str | None = None):
+        self.path = Path(path)
+        settings = ModelDirectory.read_settings(self.path, "heads.json", "attention")
+        self.late = settings.get("interaction", "joint") == "late"
+        directory = ModelDirectory.open(self.path, settings, device=device, attentions=not self.late)
+        self.settings, self.device, self.card = directory.settings, directory.device, directory.card
+        self.tokenizer, self.model = directory.tokenizer, directory.model
+        self.heads = [tuple(h) for h in self.settings["heads"]]
+        self.weights = np.asarray(self.settings["weights"], dtype=np.float64)
+        self.bias = float(self.settings.get("bias", 0.0))
+        calib_w = self.settings.get("calibration_weights")  # own weights for the content-free pass (late)
+        self.calibration_weights = None if calib_w is None else np.asarray(calib_w, dtype=np.float64)
+        self.calibrate = bool(self.settings.get("calibrate", True))
+        if self.calibration_weights is not None and not self.calibration_weights.any():
+            self.calibrate = False  # training gave the content-free pass no weight: skip it
+        self.idf = bool(self.settings.get("idf", False))
+        self.max_length = int(self.settings.get("max_length", 192))
+        if self.late:
+            import torch
+
+            from weir.ranker.rerankers.relevance_attention import RelevanceAttention, StateCache
+
+            self.relevance = RelevanceAttention(self.model.config.hidden_size, int(self.settings["relevance_heads"]),
+                                                float(self.settings.get("temperature", 0.05)))
+            self.relevance.load_state_dict(torch.load(self.path / "relevance.pt", map_location="cpu"))
+            self.relevance.to(self.device).eval()
+            self.passage_states = StateCache(int(self.settings.get("state_cache", 4096)))
+        self._lock = threading.Lock()
+
+    def masses(self, queries: Sequence[str], passages: Sequence[str], batch_size: int,
+               doc_ids: Sequence[str] | None = None) -> list:
+        """Per pair: the selected heads' (log, in late interaction) attention masses on the passage, (K, Lq) over its
+        query word pieces as a numpy array; pairs batched with pairs of the same length (no padding)."""
+        if self.late:
+            return self._late_masses(queries, passages, batch_size, doc_ids)
+        import torch
+
+        out: list = [None] * len(queries)
+        with self._lock, torch.inference_mode(), autocast(self.device):
+            for idx, enc in pair_batches(self.tokenizer, queries, passages, self.max_length, batch_size):
+                qmask, pmask = segment_masks(enc)
+                enc = {k: v.to(self.device) for k, v in enc.items()}
+                attn = self.model(**enc, output_attentions=True).attentions
+                selected = torch.stack([attn[layer][:, head] for layer, head in self.heads], dim=1).float()
+                mass = passage_mass(selected, qmask.to(self.device), pmask.to(self.device)).cpu().numpy()
+                qm = qmask.numpy().astype(bool)
+                for j, i in enumerate(idx):
+                    out[i] = mass[j][:, qm[j]]
+        return out
+
+    def encode_states(self, texts: Sequence[str], max_length: int, batch_size: int = 64) -> list:
+        from weir.ranker.rerankers.relevance_attention import token_states
+
+        return token_states(self.model, self.tokenizer, texts, max_length, batch_size, device=self.device)
+
+    def _late_masses(self, queries, passages, batch_size, doc_ids) -> list:
+        """Late interaction (:mod:`weir.ranker.rerankers.relevance_attention`): each query and each passage encoded once, alone;
+        the relevance layer over every pair."""
+        import torch
+
+        from weir.ranker.rerankers.relevance_attention import pad_states
+
+        keys = list(doc_ids) if doc_ids is not None else [f"text:{p}" for p in passages]
+        unique_q = list(dict.fromkeys(queries))
+        with self._lock, torch.inference_mode(), autocast(self.device):
+            # each query alone: its states do not depend on the other queries of a (micro-)batch
+            q_states = dict(zip(unique_q, self.encode_states(unique_q, QUERY_MAX_TOKENS + 2, batch_size=1)))
+            p_states = self.passage_states.get_many(keys, passages,
+                                                    lambda texts: self.encode_states(texts, self.max_length))
+            out: list = [None] * len(queries)
+            head_index = [h for _, h in self.heads]
+            # a query's pairs batched with its own pairs of the same passage length only: no padding, and no other
+            # query's pairs, so a pair's score does not depend on what else is scored with it (a micro-batched
+            # service's other requests included)
+            shapes = [(queries[i], len(p_states[i])) for i in range(len(queries))]
+            for idx in same_length_batches(shapes, batch_size):
+                qx, qv, qw = pad_states([q_states[queries[i]] for i in idx], self.device)
+                px, pv, pw = pad_states([p_states[i] for i in idx], self.device)
+                log_mass = self.relevance(qx, qv, px, pv, pw)[:, head_index].float().cpu().numpy()
+                qm = qw.cpu().numpy().astype(bool)
+                for j, i in enumerate(idx):
+                    out[i] = log_mass[j][:, qm[j]]
+        return out
+
+
+class AttentionReranker(Reranker):
+    """Rescore the top ``depth`` candidates with the attention score of a model trained by `weir train attention`."""
+
+    name = "attention"
+
+    def __init__(self, index: Index, model: str | os.PathLike | None = None, *, depth: int = 100,
+                 device: str | None = None, batch_size: int | None = None, na_cache_size: int = 100_000):
+        self.index = index
+        self.model_path = Path(model) if model else shipped_model("attention")
+        self.model = AttentionModel(self.model_path, device=device)
+        self.depth = depth
+        self.batch_size = batch_size or (256 if self.model.device.startswith("cuda") else 32)
+        self.model_card = self.model.card
+        self._na: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._na_size = na_cache_size
+
+    def describe(self) -> dict:
+        return {**super().describe(), "model_path": str(self.model_path), "heads": self.model.heads,
+                "calibrate": self.model.calibrate, "idf": self.model.idf}
+
+    def _calibration(self, doc_ids: Sequence[str], texts: dict[str, str]) -> dict[str, np.ndarray]:
+        """Head scores (K,) of the content-free query over each passage, cached per document."""
+        missing = [d for d in dict.fromkeys(doc_ids) if d not in self._na]
+        if missing:
+            masses = self.model.masses([NA_QUERY] * len(missing), [texts[d] for d in missing], self.batch_size,
+                                       missing)
+            for d, m in zip(missing, masses):
+                self._na[d] = m.mean(-1) if m.shape[-1] else np.zeros(len(self.model.heads))
+            while len(self._na) > self._na_size:
+                self._na.popitem(last=False)
+        return {d: self._na[d] for d in doc_ids}
+
+    def score_pairs(self, queries: Sequence[Query], candidates: dict[str, list]) -> dict[str, list[float]]:
+        """Per query, the score of each of its ``candidates`` (hits, in order)."""
+        pairs = [(q, h.doc_id) for q in queries for h in candidates.get(q.id, [])]
+        if not pairs:
+            return {}
+        docs = self.index.documents([d for _, d in pairs])
+        texts = {d: (docs[d].contents if d in docs else "") for _, d in pairs}
+        masses = self.model.masses([q.text for q, _ in pairs], [texts[d] for _, d in pairs], self.batch_size,
+                                   [d for _, d in pairs])
+        calib = self._calibration([d for _, d in pairs], texts) if self.model.calibrate else {}
+        return combine(self.model, pairs, masses, calib)
+
+    def rerank(self, queries: Sequence[Query], run: Run, depth: int) -> Run:
+        candidates = {q.id: run.get(q.id, [])[:depth] for q in queries}
+        return apply_scores(queries, run, depth, self.score_pairs(queries, candidates), self.name)
+
+
+def combine(model, pairs, masses, calib) -> dict[str, list[float]]:
+    """Per query, the learned combination of (optionally IDF re-weighted, calibrated) head scores of its pairs."""
+    by_query: dict[str, list[int]] = {}
+    for i, (q, _) in enumerate(pairs):
+        by_query.setdefault(q.id, []).append(i)
+    out: dict[str, list[float]] = {}
+    for qid, rows in by_query.items():
+        m = [masses[i] for i in rows]  # each (K, Lq); the same Lq within a query
+        if model.idf and m and m[0].shape[-1]:
+            stack = np.stack(m)  # (C, K, Lq)
+            per_pos = (np.exp(stack) if model.late else stack).mean(1)  # masses, not log masses
+            mean, top = per_pos.mean(0), per_pos.max(0)
+            w = np.where(top > 0, -np.log(np.clip(mean / np.clip(top, 1e-9, None), 1e-9, None)), 0.0)
+            w = w / w.sum() if w.sum() > 0 else np.full_like(w, 1 / len(w))
+            scores = (stack * w[None, None, :]).sum(-1)
+        else:
+            scores = np.stack([x.mean(-1) if x.shape[-1] else np.zeros(x.shape[0]) for x in m])
+        calibration = np.stack([calib[pairs[i][1]] for i in rows]) if calib else None
+        if calibration is not None and model.calibration_weights is not None:
+            values = scores @ model.weights - calibration @ model.calibration_weights
+        else:
+            values = (scores - calibration if calibration is not None else scores) @ model.weights
+        out[qid] = (values + model.bias).tolist()
+    return out

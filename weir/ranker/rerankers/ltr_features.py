@@ -1,0 +1,249 @@
+"""Learning-to-rank features of (query, candidate) pairs, computed in batches over a run.
+
+For the top ``depth`` hits of each query (:class:`FeatureExtractor`), one row of :data:`FEATURES`:
+
+- ``bm25``: Lucene BM25 of the full text (title + text, the index's ``contents`` field, k1=0.9, b=0.4), exactly the
+  score the BM25 first stage gives, from one Lucene query per query restricted to its candidates (a ``FILTER`` on
+  their ids; a candidate without a query term gets 0); ``bm25_norm``: divided by the query's best candidate's;
+- ``title_bm25``: BM25 of the title alone over the analyzed title tokens, with the collection's idf and the mean
+  title length of the query's candidates as the average length (0 without a title); ``title_coverage``;
+- ``dense_cos``: cosine of the query embedding and the passage vector stored in the index's ``dense`` component
+  (passages are never re-encoded; NaN without a dense component or for a document not in it); ``dense_cos_gap``:
+  minus the query's best candidate's cosine;
+- lengths: ``query_len`` (analyzed query terms), ``doc_len`` (analyzed contents terms), ``title_len``;
+- term statistics over the unique analyzed query terms: ``coverage`` (share present in the document),
+  ``idf_coverage`` (idf-weighted share), ``matched_tf`` (query-term occurrences / doc_len), ``idf_sum``,
+  ``idf_max``, ``idf_mean`` (of the query), ``matched_idf_max``;
+- proximity: ``min_span`` (matched distinct terms / the shortest token window containing them all; 0 when fewer
+  than two match), ``bigram_match`` (share of the query's adjacent term pairs found adjacent, in order);
+- first stage: ``first_score``, ``first_score_norm`` (min-max within the query), ``first_rank`` (the incoming
+  hit's), and the scores of earlier stages from ``Hit.stage_scores`` when a stage gave them (NaN otherwise: LightGBM
+  treats NaN as missing): the learned sparse ``deepimpact`` / ``deepct``, and ``attention`` (the attention reranker's
+  score, e.g. in ``bm25>>attention>>ltr``) with ``attention_norm`` (min-max within the query).
+
+Terms come from Anserini's analyzer (the index's: English, Porter stemming, stopwords removed); idf is Lucene's
+BM25 idf ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the ``contents`` field. Analyzed documents are cached.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from weir.indexer.index_dir import Index
+from weir.core.types import Hit, Query, Run
+
+FEATURES = (
+    "bm25", "bm25_norm", "title_bm25", "title_coverage", "dense_cos", "dense_cos_gap",
+    "query_len", "doc_len", "title_len",
+    "coverage", "idf_coverage", "matched_tf", "idf_sum", "idf_max", "idf_mean", "matched_idf_max",
+    "min_span", "bigram_match",
+    "first_score", "first_score_norm", "first_rank", "deepimpact", "deepct", "attention", "attention_norm",
+)
+STAGE_SCORES = ("deepimpact", "deepct", "attention")  # earlier stages' scores taken from Hit.stage_scores
+# features whose direction is known, for monotone constraints: +1 where more means more relevant, -1 where less does
+# (the incoming rank); lengths and the query's own idf statistics have no direction
+DIRECTION = {name: 1 for name in ("bm25", "bm25_norm", "title_bm25", "title_coverage", "dense_cos", "dense_cos_gap",
+                                   "coverage", "idf_coverage", "matched_tf", "min_span", "bigram_match",
+                                   "first_score", "first_score_norm", "deepimpact", "deepct", "attention",
+                                   "attention_norm")} | {"first_rank": -1}
+K1, B = 0.9, 0.4
+
+
+def bm25_idf(n_docs: int, df: int) -> float:
+    """Lucene's BM25 idf."""
+    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+def bm25_term(tf: float, idf: float, length: float, avg_length: float, k1: float = K1, b: float = B) -> float:
+    """One term's BM25 weight (Lucene's form, without the (k1 + 1) factor Lucene 9 dropped)."""
+    if tf <= 0:
+        return 0.0
+    return idf * tf / (tf + k1 * (1.0 - b + b * length / max(avg_length, 1e-9)))
+
+
+def min_span(positions: dict[str, list[int]]) -> int:
+    """Length (in tokens) of the shortest window that contains at least one position of every term given."""
+    events = sorted((p, t) for t, ps in positions.items() for p in ps)
+    need, have, best, left = len(positions), Counter(), math.inf, 0
+    for pos, term in events:
+        have[term] += 1
+        while len(have) == need:
+            best = min(best, pos - events[left][0] + 1)
+            lt = events[left][1]
+            have[lt] -= 1
+            if not have[lt]:
+                del have[lt]
+            left += 1
+    return int(best) if best != math.inf else 0
+
+
+def pair_features(q_terms: Sequence[str], doc_terms: Sequence[str], title_terms: Sequence[str],
+                  idf: dict[str, float], avg_title_len: float) -> dict[str, float]:
+    """The text-only features of one pair (analyzed terms in, the dict of those feature values out)."""
+    unique = list(dict.fromkeys(q_terms))
+    doc_tf = Counter(doc_terms)
+    title_tf = Counter(title_terms)
+    matched = [t for t in unique if doc_tf[t]]
+    idfs = [idf[t] for t in unique]
+    idf_total = sum(idfs)
+    out = {
+        "query_len": float(len(q_terms)), "doc_len": float(len(doc_terms)), "title_len": float(len(title_terms)),
+        "coverage": len(matched) / len(unique) if unique else 0.0,
+        "idf_coverage": sum(idf[t] for t in matched) / idf_total if idf_total > 0 else 0.0,
+        "matched_tf": sum(doc_tf[t] for t in unique) / len(doc_terms) if doc_terms else 0.0,
+        "idf_sum": idf_total, "idf_max": max(idfs, default=0.0), "idf_mean": idf_total / len(unique) if unique else 0.0,
+        "matched_idf_max": max((idf[t] for t in matched), default=0.0),
+        "title_coverage": sum(1 for t in unique if title_tf[t]) / len(unique) if unique else 0.0,
+        "title_bm25": sum(bm25_term(title_tf[t], idf[t], len(title_terms), avg_title_len) for t in q_terms)
+        if title_terms else 0.0,
+    }
+    if len(matched) >= 2:
+        wanted = set(matched)
+        positions: dict[str, list[int]] = {}
+        for i, t in enumerate(doc_terms):
+            if t in wanted:
+                positions.setdefault(t, []).append(i)
+        out["min_span"] = len(matched) / min_span(positions)
+    else:
+        out["min_span"] = 0.0
+    bigrams = list(zip(q_terms, q_terms[1:]))
+    if bigrams:
+        doc_bigrams = set(zip(doc_terms, doc_terms[1:]))
+        out["bigram_match"] = sum(1 for bg in bigrams if bg in doc_bigrams) / len(bigrams)
+    else:
+        out["bigram_match"] = 0.0
+    return out
+
+
+class LuceneStats:
+    """Anserini's analyzer, ``contents`` term statistics and candidate-restricted BM25 over one BM25 index: the
+    statistics come from the index's postings and BM25 is scored in process, exactly as Lucene scores it
+    (:mod:`weir.ranker.retrievers.inverted`); only analysis runs in Java."""
+
+    def __init__(self, index: Index, *, k1: float = K1, b: float = B, component: str = "bm25"):
+        from weir.ranker.retrievers.inverted import BM25Scores, InvertedIndex
+        from weir.ranker.retrievers.lucene import EnglishAnalyzer
+
+        postings = index.postings(component)
+        self.engine = InvertedIndex.shared(postings, BM25Scores, k1=k1, b=b)
+        self.analyzer = EnglishAnalyzer()
+        self.n_docs = postings.live_docs  # Lucene's numDocs
+        self._term_ids, self._doc_freqs = postings.term_ids, postings.doc_freqs
+
+    def analyze(self, text: str) -> list[str]:
+        return self.analyzer.analyze(text)
+
+    def idf(self, term: str) -> float:
+        t = self._term_ids.get(term)
+        return bm25_idf(self.n_docs, 0 if t is None else int(self._doc_freqs[t]))
+
+    def bm25(self, text: str, doc_ids: Sequence[str]) -> dict[str, float]:
+        """BM25 of ``text`` for each of ``doc_ids`` (0 for a document without a query term)."""
+        terms = self.analyze(text) if doc_ids and text.strip() else []
+        if not terms:
+            return dict.fromkeys(doc_ids, 0.0)
+        return dict(zip(doc_ids, self.engine.score(Counter(terms), doc_ids)))
+
+
+class FeatureExtractor:
+    """Features of the top ``depth`` candidates of every query of a run, as one float32 matrix."""
+
+    names = FEATURES
+
+    def __init__(self, index: Index, *, dense_component: str = "dense", device: str | None = None,
+                 cache_size: int = 200_000):
+        self.index = index
+        self.lucene = LuceneStats(index)
+        self.dense = None
+        if dense_component in index.components:
+            from weir.indexer.dense import open_dense
+
+            self.dense = open_dense(index, dense_component)
+            self.encoder = self.dense.query_encoder(device=device)
+        self._docs: OrderedDict[str, tuple[list[str], list[str]]] = OrderedDict()
+        self._cache_size = cache_size
+
+    def describe(self) -> dict:
+        return {"features": list(self.names), "bm25": {"k1": K1, "b": B},
+                "dense": self.dense.encoder_settings.get("model") if self.dense else None}
+
+    def _analyzed(self, doc_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
+        """(contents terms, title terms) of each document, analyzed once and cached."""
+        missing = [d for d in dict.fromkeys(doc_ids) if d not in self._docs]
+        if missing:
+            docs = self.index.documents(missing)
+            for d in missing:
+                doc = docs.get(d)
+                if doc is None:
+                    self._docs[d] = ([], [])
+                else:
+                    self._docs[d] = (self.lucene.analyze(doc.contents), self.lucene.analyze(doc.title))
+            while len(self._docs) > self._cache_size:
+                self._docs.popitem(last=False)
+        return {d: self._docs[d] for d in doc_ids}
+
+    def _cosines(self, queries: Sequence[Query], candidates: dict[str, list[Hit]]) -> dict[str, np.ndarray]:
+        if self.dense is None:
+            return {q.id: np.full(len(candidates[q.id]), np.nan, dtype=np.float32) for q in queries}
+        qvecs = self.encoder.encode_queries([q.text for q in queries])
+        row_of, vectors = self.dense.row_of, self.dense.vectors
+        out = {}
+        for q, qv in zip(queries, qvecs):
+            rows = [row_of.get(h.doc_id, -1) for h in candidates[q.id]]
+            cos = np.full(len(rows), np.nan, dtype=np.float32)
+            present = [i for i, r in enumerate(rows) if r >= 0]
+            if present:
+                vecs = np.asarray(vectors[[rows[i] for i in present]], dtype=np.float32)
+                cos[present] = vecs @ qv
+            out[q.id] = cos
+        return out
+
+    def extract(self, queries: Sequence[Query], run: Run, depth: int) -> tuple[np.ndarray, list[tuple[str, int]]]:
+        """Rows for the top ``depth`` hits of each query (queries in order, hits in run order): the matrix and, per
+        row, (query id, position of the hit in the query's list)."""
+        candidates = {q.id: run.get(q.id, [])[:depth] for q in queries}
+        docs = self._analyzed([h.doc_id for hits in candidates.values() for h in hits])
+        cosines = self._cosines(queries, candidates)
+        col = {n: i for i, n in enumerate(self.names)}
+        rows: list[tuple[str, int]] = []
+        blocks = []
+        for q in queries:
+            hits = candidates[q.id]
+            if not hits:
+                continue
+            q_terms = self.lucene.analyze(q.text)
+            idf = {t: self.lucene.idf(t) for t in set(q_terms)}
+            bm25 = self.lucene.bm25(q.text, [h.doc_id for h in hits])
+            title_lens = [len(docs[h.doc_id][1]) for h in hits]
+            avg_title = sum(title_lens) / len(title_lens) if any(title_lens) else 1.0
+            X = np.full((len(hits), len(self.names)), np.nan, dtype=np.float32)
+            for i, h in enumerate(hits):
+                contents, title = docs[h.doc_id]
+                for name, value in pair_features(q_terms, contents, title, idf, avg_title).items():
+                    X[i, col[name]] = value
+                X[i, col["bm25"]] = bm25[h.doc_id]
+                X[i, col["first_score"]] = h.score
+                X[i, col["first_rank"]] = h.rank or i + 1
+                for name in STAGE_SCORES:
+                    if name in h.stage_scores:
+                        X[i, col[name]] = h.stage_scores[name]
+                rows.append((q.id, i))
+            top_bm25 = X[:, col["bm25"]].max()
+            X[:, col["bm25_norm"]] = X[:, col["bm25"]] / top_bm25 if top_bm25 > 0 else 0.0
+            X[:, col["dense_cos"]] = cosines[q.id]
+            if not np.isnan(cosines[q.id]).all():
+                X[:, col["dense_cos_gap"]] = cosines[q.id] - np.nanmax(cosines[q.id])
+            first = X[:, col["first_score"]]
+            span = first.max() - first.min()
+            X[:, col["first_score_norm"]] = (first - first.min()) / span if span > 0 else 1.0
+            attention = X[:, col["attention"]]
+            if not np.isnan(attention).all():
+                span = np.nanmax(attention) - np.nanmin(attention)
+                X[:, col["attention_norm"]] = (attention - np.nanmin(attention)) / span if span > 0 else 1.0
+            blocks.append(X)
+        matrix = np.concatenate(blocks) if blocks else np.zeros((0, len(self.names)), dtype=np.float32)
+        return matrix, rows

@@ -1,0 +1,48 @@
+"""Dense first-stage retrieval: queries encoded in a batch (:mod:`weir.indexer.encoder`), searched in the faiss index of
+an index directory's ``dense`` component (:func:`weir.indexer.dense.open_dense`), faiss rows mapped back to document ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from weir.indexer.dense import open_dense
+from weir.indexer.index_dir import Index
+from weir.ranker.stage import Retriever
+from weir.core.types import Hit, Query, Run
+
+
+class DenseRetriever(Retriever):
+    """Encode the queries with the model the index was built with, search faiss, map rows to docids.
+
+    ``model`` overrides the encoder recorded in the manifest (it must produce the same space: e.g. the same model at
+    another path); ``ef_search`` / ``nprobe`` override the stored HNSW / IVF search parameters."""
+
+    def __init__(self, index: Index, *, component: str = "dense", model: str | None = None, device: str | None = None,
+                 ef_search: int | None = None, nprobe: int | None = None, name: str = "dense"):
+        self.dense = open_dense(index, component)
+        self.encoder = self.dense.query_encoder(model, device)
+        self.params = self.dense.search_parameters(ef_search=ef_search, nprobe=nprobe)
+        self.search_overrides = {k: v for k, v in (("efSearch", ef_search), ("nprobe", nprobe)) if v}
+        self.name = name
+
+    def describe(self) -> dict:
+        return {**super().describe(), "index": self.dense.kind, "parameters": self.dense.entry.get("parameters", {}),
+                "search_parameters": self.search_overrides,
+                "encoder": {k: v for k, v in self.encoder.describe().items() if k != "model_path"}}
+
+    def encode(self, queries: Sequence[Query]) -> np.ndarray:
+        return self.encoder.encode_queries([q.text for q in queries])
+
+    def retrieve(self, queries: Sequence[Query], k: int) -> Run:
+        run = Run({q.id: [] for q in queries})
+        if not queries:
+            return run
+        scores, rows = self.dense.search(self.encode(queries), k, self.params)
+        docids, name = self.dense.docids, self.name
+        for q, q_scores, q_rows in zip(queries, scores.tolist(), rows.tolist()):
+            run[q.id] = [Hit(docids[row], score, rank, {name: score})
+                         for rank, (score, row) in enumerate(((s, r) for s, r in zip(q_scores, q_rows) if r >= 0), start=1)]
+        return run

@@ -1,0 +1,251 @@
+"""Hybrid first stage: fuse the rankings of two or more first stages (default BM25 + dense), with the settings tuned on
+a training split by `weir tune fusion` (:mod:`weir.training.fusion`) when the index has them.
+
+Methods (pure functions over one query's ``{docid: score}`` lists, tested on hand-computed cases):
+
+- ``rrf``: reciprocal rank fusion (Cormack et al. 2009), ``sum_i w_i / (k + rank_i(d))`` with ``k = 60``; a document
+  absent from a stage's list gets nothing from it;
+- ``minmax`` / ``zscore``: normalized linear combination ``sum_i w_i * norm_i(s_i(d))`` where ``norm`` is min-max
+  ((s - min) / (max - min); 1 when all scores are equal) or z-score ((s - mean) / population std; 0 when the std is
+  0) over the stage's list for that query; a document absent from a stage's list gets that list's lowest
+  normalized score (0 for min-max), i.e. it is treated as ranked just below the list.
+
+Fused hits keep each stage's own scores in ``Hit.stage_scores`` (e.g. ``{"bm25": 12.3, "dense": 0.71, "hybrid":
+0.032}``), for rerankers and learning-to-rank features.
+
+Settings (:func:`hybrid_settings`): explicit options, else ``<index>/tuning/fusion.json`` when its stages match,
+else the defaults below (chosen on SciFact's training split). ``deepimpact+bm25`` (:func:`impact_fusion_settings`)
+takes its weights from the DeepImpact model card instead, where `weir train deepimpact` recorded them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from weir.ranker.stage import Retriever
+from weir.core.types import Hit, InputError, Query, Run
+
+METHODS = ("rrf", "minmax", "zscore")
+RRF_K = 60
+DEFAULT_DEPTH = 1000
+TUNING_FILE = Path("tuning") / "fusion.json"
+DEFAULT_STAGES = ("bm25", "dense")
+DEFAULT_METHOD = "zscore"
+DEFAULT_WEIGHTS = None  # equal weights
+DEFAULT_IMPACT_FUSION = {"method": "minmax", "weights": [0.5, 0.5], "depth": 1000}
+
+
+def check_method(method: str) -> str:
+    aliases = {"linear": "minmax", "linear-minmax": "minmax", "linear-zscore": "zscore", "z-score": "zscore",
+               "min-max": "minmax"}
+    method = aliases.get(method, method)
+    if method not in METHODS:
+        raise InputError(f"unknown fusion method {method!r}; known: rrf, minmax (linear), zscore")
+    return method
+
+
+def normalize(scores: Mapping[str, float], method: str) -> dict[str, float]:
+    """Min-max or z-score normalization of one query's scores."""
+    if not scores:
+        return {}
+    values = list(scores.values())
+    if method == "minmax":
+        lo, hi = min(values), max(values)
+        if hi == lo:
+            return {d: 1.0 for d in scores}
+        return {d: (s - lo) / (hi - lo) for d, s in scores.items()}
+    if method == "zscore":
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+        if std == 0:
+            return {d: 0.0 for d in scores}
+        return {d: (s - mean) / std for d, s in scores.items()}
+    raise InputError(f"unknown normalization {method!r}; known: minmax, zscore")
+
+
+def rrf(rankings: Sequence[Sequence[str]], weights: Sequence[float] | None = None, k: int = RRF_K) -> dict[str, float]:
+    """Reciprocal rank fusion of ranked docid lists (best first): ``sum_i w_i / (k + rank)``, ranks from 1."""
+    weights = list(weights) if weights is not None else [1.0] * len(rankings)
+    fused: dict[str, float] = {}
+    for ranking, w in zip(rankings, weights, strict=True):
+        for rank, doc_id in enumerate(ranking, start=1):
+            fused[doc_id] = fused.get(doc_id, 0.0) + w / (k + rank)
+    return fused
+
+
+def linear(score_lists: Sequence[Mapping[str, float]], weights: Sequence[float] | None = None,
+           method: str = "minmax") -> dict[str, float]:
+    """Weighted sum of normalized scores; a document missing from a list gets that list's lowest normalized score."""
+    weights = list(weights) if weights is not None else [1.0] * len(score_lists)
+    normalized = [normalize(scores, method) for scores in score_lists]
+    docs = dict.fromkeys(d for scores in score_lists for d in scores)
+    fused = dict.fromkeys(docs, 0.0)
+    for norm, w in zip(normalized, weights, strict=True):
+        floor = min(norm.values()) if norm else 0.0
+        for d in docs:
+            fused[d] += w * norm.get(d, floor)
+    return fused
+
+
+def fuse_runs(runs: Sequence[Run], *, method: str = "rrf", weights: Sequence[float] | None = None, k: int = RRF_K,
+              depth: int | None = None, name: str = "hybrid") -> Run:
+    """Fuse per-query the runs of several stages (each ranked best first) into one ranked run of ``depth`` hits."""
+    method = check_method(method)
+    if weights is not None and len(weights) != len(runs):
+        raise InputError(f"{len(weights)} fusion weight(s) for {len(runs)} stages")
+    out = Run()
+    qids = dict.fromkeys(qid for run in runs for qid in run)
+    for qid in qids:
+        lists = [run.get(qid, []) for run in runs]
+        if method == "rrf":
+            fused = rrf([[h.doc_id for h in hits] for hits in lists], weights, k)
+        else:
+            fused = linear([{h.doc_id: h.score for h in hits} for hits in lists], weights, method)
+        stage_scores: dict[str, dict[str, float]] = {}
+        for hits in lists:
+            for h in hits:
+                stage_scores.setdefault(h.doc_id, {}).update(h.stage_scores)
+        hits = [Hit(d, s, 0, {**stage_scores[d], name: s}) for d, s in fused.items()]
+        hits.sort(key=lambda h: (-h.score, h.doc_id))
+        out[qid] = hits[:depth] if depth else hits
+    return out.ranked()
+
+
+class HybridRetriever(Retriever):
+    """Run each first stage to its depth, fuse their rankings per query, return the top ``k``.
+
+    ``weights``: one per stage (default equal); ``depth``: candidates per stage (one int for all, or one each;
+    default 1000). The wall time of each part of the last call is kept in :attr:`last_timings`."""
+
+    def __init__(self, stages: Sequence[Retriever], *, method: str = "rrf", weights: Sequence[float] | None = None,
+                 rrf_k: int = RRF_K, depth: int | Sequence[int] = DEFAULT_DEPTH, name: str = "hybrid"):
+        if len(stages) < 2:
+            raise InputError("hybrid retrieval fuses two or more first stages")
+        self.stages = list(stages)
+        self.method = check_method(method)
+        if weights is not None:
+            weights = [float(w) for w in weights]
+            if len(weights) != len(self.stages):
+                raise InputError(f"{len(weights)} fusion weight(s) for {len(self.stages)} stages "
+                                 f"({', '.join(s.name for s in self.stages)})")
+            if any(w < 0 for w in weights) or not any(weights):
+                raise InputError(f"fusion weights must be >= 0 and not all 0 (got {weights})")
+        self.weights = weights
+        if rrf_k < 0:
+            raise InputError(f"the RRF constant k must be >= 0 (got {rrf_k})")
+        self.rrf_k = rrf_k
+        depths = [depth] * len(self.stages) if isinstance(depth, int) else [int(d) for d in depth]
+        if len(depths) != len(self.stages) or any(d < 1 for d in depths):
+            raise InputError(f"depth per stage: one positive number, or one for each of the {len(self.stages)} stages")
+        self.depths = depths
+        self.name = name
+        self.last_timings: dict[str, float] = {}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "stages": [s.describe() for s in self.stages], "method": self.method,
+                "weights": self.weights, "rrf_k": self.rrf_k, "depth": self.depths}
+
+    def stage_runs(self, queries: Sequence[Query], k: int) -> list[Run]:
+        runs = []
+        for stage, depth in zip(self.stages, self.depths):
+            start = time.perf_counter()
+            runs.append(stage.retrieve(queries, max(depth, k)))
+            self.last_timings[stage.name] = time.perf_counter() - start
+        return runs
+
+    def retrieve(self, queries: Sequence[Query], k: int) -> Run:
+        self.last_timings = {}
+        runs = self.stage_runs(queries, k)
+        start = time.perf_counter()
+        run = fuse_runs(runs, method=self.method, weights=self.weights, k=self.rrf_k, depth=k, name=self.name)
+        for q in queries:
+            run.setdefault(q.id, [])
+        self.last_timings["fusion"] = time.perf_counter() - start
+        return run
+
+
+def parse_weights(text: str | Sequence[float] | None, stages: Sequence[str]) -> list[float] | None:
+    """``"0.3,0.7"`` (one per stage, in order) or ``"bm25=0.3,dense=0.7"`` (unnamed stages get 0) -> a list; ``;``
+    separates them as ``,`` does (inside a pipeline's brackets, where ``,`` separates options:
+    ``deepimpact+bm25[fusion_weights=0.3;0.7]``)."""
+    if text is None or text == "":
+        return None
+    if isinstance(text, str):
+        text = text.replace(";", ",")
+    if not isinstance(text, str):
+        weights = [float(w) for w in text]
+    elif "=" in text:
+        named: dict[str, float] = {}
+        for part in text.split(","):
+            name, _, value = part.partition("=")
+            if name.strip() not in stages:
+                raise InputError(f"fusion weight for {name.strip()!r}, which is not a fused stage ({', '.join(stages)})")
+            try:
+                named[name.strip()] = float(value)
+            except ValueError:
+                raise InputError(f"fusion weight {part!r} is not NAME=NUMBER") from None
+        weights = [named.get(s, 0.0) for s in stages]
+    else:
+        try:
+            weights = [float(w) for w in text.split(",")]
+        except ValueError:
+            raise InputError(f"fusion weights {text!r}: numbers separated by commas, or NAME=NUMBER pairs") from None
+    if len(weights) != len(stages):
+        raise InputError(f"{len(weights)} fusion weight(s) for {len(stages)} stages ({', '.join(stages)})")
+    return weights
+
+
+def tuning_path(index) -> Path:
+    return Path(index.path) / TUNING_FILE
+
+
+def load_tuned(index) -> dict | None:
+    path = tuning_path(index)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: malformed fusion tuning file ({e}); run `weir tune fusion` again") from None
+
+
+def hybrid_settings(index, options) -> dict[str, Any]:
+    """The stages, method, weights, RRF k and depth per stage the ``hybrid`` pipeline uses for ``options`` (a
+    :class:`weir.ranker.options.FusionOptions`)."""
+    stages = options.stages or DEFAULT_STAGES
+    if isinstance(stages, str):
+        stages = [s.strip() for s in stages.split(",") if s.strip()]
+    stages = list(stages)
+    tuned = load_tuned(index)
+    if tuned is not None and list(tuned.get("stages", [])) != stages:
+        tuned = None  # tuned for other stages
+    best = (tuned or {}).get("best", {})
+    method = check_method(options.method or best.get("method") or DEFAULT_METHOD)
+    weights = parse_weights(options.weights, stages)
+    if weights is None and best.get("method") == method:
+        weights = best.get("weights")
+    if weights is None:
+        weights = DEFAULT_WEIGHTS
+    return {"stages": stages, "method": method, "weights": weights,
+            "rrf_k": int(options.rrf_k or best.get("rrf_k") or RRF_K),
+            "depth": int(options.depth_per_stage or (tuned or {}).get("depth") or DEFAULT_DEPTH),
+            "tuned": str(tuning_path(index)) if tuned is not None else None}
+
+
+def impact_fusion_settings(index, options) -> dict[str, Any]:
+    """How ``deepimpact+bm25`` interpolates (``options``: a :class:`weir.ranker.options.FusionOptions`): the given method
+    and weights, else the ``fusion`` entry of the DeepImpact model card in the index manifest (chosen on training
+    queries), else min-max 0.5 / 0.5."""
+    card = ((index.manifest["components"].get("deepimpact") or {}).get("model") or {}).get("card") or {}
+    tuned = card.get("fusion") or {}
+    method = options.method or tuned.get("method") or DEFAULT_IMPACT_FUSION["method"]
+    weights = parse_weights(options.weights, ["deepimpact", "bm25"])
+    if weights is None and method == tuned.get("method"):
+        weights = tuned.get("weights")
+    return {"method": method, "weights": weights or DEFAULT_IMPACT_FUSION["weights"],
+            "depth": int(options.depth_per_stage or DEFAULT_IMPACT_FUSION["depth"]), "tuned": tuned or None}

@@ -1,0 +1,244 @@
+"""Top-k over a Lucene field's postings in this process: Lucene's BM25 and impact scores and rankings, bit for bit.
+
+Why by hand: searching through Lucene costs the Java bridge per hit and holds the one Java lock per query
+(:mod:`weir.core.jvm`); bm25s and friends are fast but score their own index, not Lucene's (their rankings differ from
+pyserini's). Here the postings are read once from the Lucene index (:mod:`weir.indexer.postings`) and a query is scored
+term at a time into a dense accumulator, the way bm25s does, with Lucene's arithmetic reproduced operation for
+operation (Lucene 9.9, read from its bytecode):
+
+- BM25 (``BM25Similarity``): ``idf = (float) log(1 + (docCount - df + 0.5) / (df + 0.5))`` in double;
+  ``avgdl = (float) (sumTotalTermFreq / (double) docCount)``; per norm byte
+  ``cache[n] = 1f / (k1 * ((1 - b) + b * LENGTH_TABLE[n] / avgdl))`` in float; a term's weight is
+  ``boost * idf`` and its score ``weight - weight / (1f + freq * cache[norm])``, all in float (IEEE single
+  precision in Java and in numpy alike);
+- impacts (Anserini's ``ImpactSimilarity``): ``freq * boost`` in float;
+- a document's score is the double sum of its terms' float scores, cast to float (Lucene's disjunction scorers
+  sum in double). Those sums are exact here (a few float terms of similar magnitude fit a double's mantissa), so
+  the order of the terms does not matter;
+- ties are broken as weir's Lucene search broke them (``Sort(SCORE, id STRING_VAL)``): by collection id in UTF-8
+  byte order (Python's string order), then by Lucene doc number.
+
+``tests/collections/test_inverted.py`` checks every rank and score of every SciFact query against Lucene, for the
+BM25 index and both learned index formats; ``scripts/sparse_exactness.py`` does the same for any index and topics.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from weir.indexer.postings import LENGTH_TABLE, Postings
+from weir.indexer.shards import CollectionStatistics
+from weir.ranker.stage import Retriever
+from weir.core.types import Hit, Query, Run
+
+ONE = np.float32(1)
+BLOCK = 1 << 20  # postings per block when scores are precomputed (bounds the temporaries to ~30 MiB)
+
+
+class TermScores:
+    """The float score of each posting of a term for a query weight (boost); subclasses hold one similarity and
+    ``unit``, the score of every posting at weight 1."""
+
+    name = ""
+    unit: np.ndarray
+    can_be_zero = False  # whether a matched posting can score 0 (then a matched document can sum to 0)
+
+    def __init__(self, postings: Postings):
+        self.postings = postings
+
+    def contributions(self, term: int, boost: float) -> np.ndarray:
+        raise NotImplementedError
+
+
+class BM25Scores(TermScores):
+    """Lucene's ``BM25Similarity(k1, b)``. The scores at boost 1 (every query term asked once) are precomputed
+    for all postings, bm25s-style; other boosts are computed for the term's postings when asked."""
+
+    name = "bm25"
+
+    def __init__(self, postings: Postings, k1: float, b: float, statistics: CollectionStatistics | None = None):
+        super().__init__(postings)
+        if postings.norms is None:
+            raise ValueError(f"field {postings.field!r} has no length norms: BM25 needs them")
+        self.k1, self.b = np.float32(k1), np.float32(b)
+        # the collection statistics: this index's own, or a whole shard set's (weir.indexer.shards), which make a
+        # shard's scores those of one index over every shard's documents
+        doc_count, sum_ttf, doc_freqs = postings.doc_count, postings.sum_total_term_freq, postings.doc_freqs
+        if statistics is not None:
+            if len(statistics.doc_freqs) != len(postings.terms):
+                raise ValueError(f"collection statistics for {len(statistics.doc_freqs)} terms, the postings hold "
+                                 f"{len(postings.terms)}")
+            doc_count, sum_ttf, doc_freqs = (statistics.doc_count, statistics.sum_total_term_freq,
+                                             statistics.doc_freqs)
+        avgdl = np.float32(sum_ttf / float(doc_count))
+        lengths = LENGTH_TABLE.astype(np.float32)
+        self.cache = (ONE / (self.k1 * ((ONE - self.b) + self.b * lengths / avgdl))).astype(np.float32)
+        df = doc_freqs.astype(np.float64)
+        n = float(doc_count)
+        self.idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        # the score of every posting at boost 1, computed a block at a time (the temporaries stay small) and in place:
+        # x = 1 + freq * cache[norm], then idf - idf / x, the same float operations as Lucene's
+        self.unit = np.empty(len(postings.docs), dtype=np.float32)
+        for start in range(0, len(self.unit), BLOCK):
+            end = min(start + BLOCK, len(self.unit))
+            term_of_posting = np.searchsorted(postings.offsets, np.arange(start, end), side="right") - 1
+            x = postings.freqs[start:end].astype(np.float32)
+            x *= self.cache[postings.norms[postings.docs[start:end]]]
+            x += ONE
+            w = self.idf[term_of_posting]
+            np.divide(w, x, out=x)
+            np.subtract(w, x, out=self.unit[start:end])
+        self.can_be_zero = not bool((self.unit > 0).all())  # x == 1 in float: then Lucene's score is 0
+
+    def contributions(self, term: int, boost: float) -> np.ndarray:
+        start, end = self.postings.offsets[term], self.postings.offsets[term + 1]
+        if boost == 1:
+            return self.unit[start:end]
+        weight = np.float32(boost) * self.idf[term]
+        p = self.postings
+        denominator = ONE + p.freqs[start:end].astype(np.float32) * self.cache[p.norms[p.docs[start:end]]]
+        return weight - weight / denominator
+
+
+class ImpactScores(TermScores):
+    """Anserini's ``ImpactSimilarity``: a posting's score is its stored frequency (the quantized impact) times the
+    query term's weight."""
+
+    name = "impact"
+
+    def __init__(self, postings: Postings):
+        super().__init__(postings)
+        self.unit = postings.freqs.astype(np.float32)
+
+    def contributions(self, term: int, boost: float) -> np.ndarray:
+        start, end = self.postings.offsets[term], self.postings.offsets[term + 1]
+        if boost == 1:
+            return self.unit[start:end]
+        return self.unit[start:end] * np.float32(boost)
+
+
+class InvertedIndex:
+    """Top-k search and candidate scoring over one field's postings with one similarity. Thread-safe: a search
+    reads shared arrays only and accumulates into arrays of its own. :meth:`shared` gives the stages that search the
+    same postings with the same similarity (``bm25`` and the LTR features) one engine, computed once."""
+
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, postings: Postings, scores: type[TermScores], **parameters) -> InvertedIndex:
+        """The engine of ``postings`` with this similarity, made once and kept with the postings (it lives as long
+        as they do)."""
+        key = (cls, scores, tuple(sorted(parameters.items())))
+        with cls._shared_lock:
+            if key not in postings.derived:
+                postings.derived[key] = cls(scores(postings, **parameters))
+            return postings.derived[key]
+
+    def __init__(self, scores: TermScores):
+        postings = scores.postings
+        docids = postings.docids
+        if len(docids) != postings.max_doc:
+            raise ValueError(f"{len(docids)} collection ids for {postings.max_doc} Lucene documents")
+        self.scores = scores
+        self.postings = postings
+        self.docids = docids
+        # rank of each document's id in string order: the tie-break after the score
+        self.id_rank = np.empty(len(docids), dtype=np.int32)
+        order = np.argsort(np.asarray(docids, dtype=str), kind="stable")
+        self.id_rank[order] = np.arange(len(docids), dtype=np.int32)
+        self._doc_numbers: dict[str, int] | None = None
+        self._docid_array = np.asarray(docids, dtype=object)
+
+    def _accumulate(self, weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+        """Every document's score (the double sum of its float term scores; one ``bincount`` over the postings of
+        the query's terms), and the doc numbers of those postings (empty when no query term is in the index)."""
+        term_ids, offsets, docs = self.postings.term_ids, self.postings.offsets, self.postings.docs
+        unit = self.scores.unit
+        found, contributions = [], []
+        for term, weight in weights.items():
+            if not weight > 0:
+                raise ValueError(f"query term weights must be positive (got {weight!r} for {term!r})")
+            t = term_ids.get(term)
+            if t is not None:
+                start, end = offsets[t], offsets[t + 1]
+                found.append(docs[start:end])
+                contributions.append(unit[start:end] if weight == 1 else self.scores.contributions(t, weight))
+        if not found:
+            return np.zeros(0), np.zeros(0, dtype=np.int32)
+        matched = np.concatenate(found) if len(found) > 1 else found[0]
+        scores = np.concatenate(contributions) if len(found) > 1 else contributions[0]
+        return np.bincount(matched, weights=scores, minlength=self.postings.max_doc), matched
+
+    def search(self, weights: Mapping[str, float], k: int) -> list[tuple[str, float]]:
+        """The top ``k`` (collection id, score) for a query given as {term: weight}, in Lucene's order."""
+        docs, scores = self.top(weights, k)
+        return list(zip(self.docids_of(docs), scores.tolist()))
+
+    def docids_of(self, docs: np.ndarray) -> list[str]:
+        """The collection ids of Lucene doc numbers."""
+        return self._docid_array[docs].tolist()
+
+    def top(self, weights: Mapping[str, float], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``k`` as arrays: Lucene doc numbers and float32 scores, best first."""
+        acc, matched = self._accumulate(weights) if k > 0 else (None, ())
+        if not len(matched):
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        if len(matched) * 8 < len(acc):  # few postings: the matched documents, sorted and deduplicated
+            ordered = np.sort(matched)  # (np.unique is ten times slower here: numpy 2.4)
+            candidates = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+        elif self.scores.can_be_zero:
+            hit = np.zeros(len(acc), dtype=bool)
+            hit[matched] = True
+            candidates = np.flatnonzero(hit)
+        else:  # many: one pass over the collection (a matched document's sum is positive)
+            candidates = np.flatnonzero(acc != 0)
+        scores = acc[candidates].astype(np.float32)
+        if len(candidates) > k:  # the k-th best score; every document scoring it stays, for the tie-break to choose
+            keep = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
+            candidates, scores = candidates[keep], scores[keep]
+        # one sort key: a positive float32's bits order like its value; higher scores first, then the id's rank
+        key = (np.int64(0x7FFFFFFF) - scores.view(np.int32)) << 32 | self.id_rank[candidates]
+        order = np.argsort(key)[:k]
+        return candidates[order], scores[order]
+
+    def score(self, weights: Mapping[str, float], docids: Sequence[str]) -> list[float]:
+        """The score of each of ``docids`` for the query (0 for a document without a query term, or unknown)."""
+        if self._doc_numbers is None:
+            self._doc_numbers = {d: i for i, d in enumerate(self.docids)}
+        acc, matched = self._accumulate(weights)
+        if not len(matched):
+            return [0.0] * len(docids)
+        numbers = self._doc_numbers
+        return [float(np.float32(acc[numbers[d]])) if d in numbers else 0.0 for d in docids]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays searched (postings, norms, precomputed scores, tie-break ranks)."""
+        extra = self.scores.unit.nbytes + self.id_rank.nbytes
+        return self.postings.nbytes + extra
+
+
+class SparseRetriever(Retriever):
+    """A first stage over an :class:`InvertedIndex` (``self.engine``): :meth:`weights` turns query texts into
+    {term: weight} (analyzed terms for BM25, the learned models' terms for the learned indexes)."""
+
+    engine: InvertedIndex
+
+    def weights(self, texts: Sequence[str]) -> list[dict[str, float]]:
+        raise NotImplementedError
+
+    def search(self, texts: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+        """The top ``k`` (collection id, score) of each query text, best first: this stage without a :class:`Run`."""
+        return [self.engine.search(w, k) for w in self.weights(texts)]
+
+    def retrieve(self, queries: Sequence[Query], k: int) -> Run:
+        name, engine, run = self.name, self.engine, Run()
+        for q, weights in zip(queries, self.weights([q.text for q in queries])):
+            docs, scores = engine.top(weights, k)
+            values = scores.tolist()  # one Hit per hit is most of a deep run's cost: built in bulk
+            run[q.id] = list(map(Hit, engine.docids_of(docs), values, range(1, len(values) + 1),
+                                 [{name: v} for v in values]))
+        return run

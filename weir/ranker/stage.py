@@ -1,0 +1,159 @@
+"""The stages of a pipeline, PyTerrier-style: every stage is one kind of object with one call.
+
+A :class:`Stage` maps (queries, run) to a run: a retriever ignores the incoming run and makes one; a reranker
+reorders the hits of the run it is given and never drops or invents candidates (:func:`apply_scores` keeps that
+promise for every reranker). Stages compose with ``>>`` into a :class:`Pipeline`, which times each stage (wall seconds
+for the whole batch of queries, kept in ``Run.timings``).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+
+from weir.core.types import Query, Run, replace_hit
+
+
+class Stage(ABC):
+    name: str = "stage"
+
+    @abstractmethod
+    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000) -> Run:
+        """Return the top ``k`` hits per query."""
+
+    def __rshift__(self, other: Stage) -> Pipeline:
+        return Pipeline([self]) >> other
+
+    def describe(self) -> dict:
+        """What this stage is, for experiment records: name, class, and (override to add) parameters and model
+        hashes. A stage with a ``model_card`` attribute (a dict) has it included."""
+        out = {"name": self.name, "class": f"{type(self).__module__}.{type(self).__qualname__}"}
+        card = getattr(self, "model_card", None)
+        if isinstance(card, dict):
+            out["model_card"] = card
+        return out
+
+
+class Retriever(Stage):
+    """A first stage: queries in, the top ``k`` documents of the index per query out."""
+
+    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000) -> Run:
+        return self.retrieve(queries, k)
+
+    @abstractmethod
+    def retrieve(self, queries: Sequence[Query], k: int) -> Run: ...
+
+
+class Reranker(Stage):
+    """A later stage: rescores the top ``depth`` candidates of each query, keeps the rest below them in order."""
+
+    depth: int = 100
+
+    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000,
+                 depth: int | None = None) -> Run:
+        if run is None:
+            raise ValueError(f"{self.name} is a reranker: it needs candidates from a first stage")
+        return self.rerank(queries, run, depth or self.depth).truncated(k)
+
+    @abstractmethod
+    def rerank(self, queries: Sequence[Query], run: Run, depth: int) -> Run:
+        """Rescore the top ``depth`` hits of each query; hits below ``depth`` follow them in their old order."""
+
+
+class Pipeline(Stage):
+    """A first stage followed by zero or more rerankers, run on a whole batch of queries."""
+
+    def __init__(self, stages: Sequence[Stage]):
+        if not stages:
+            raise ValueError("a pipeline needs at least one stage")
+        self.stages = list(stages)
+        self.name = ">>".join(s.name for s in self.stages)
+
+    def __rshift__(self, other: Stage) -> Pipeline:
+        others = other.stages if isinstance(other, Pipeline) else [other]
+        return Pipeline(self.stages + others)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "stages": [s.describe() for s in self.stages]}
+
+    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000,
+                 depth: int | None = None, keep: Callable[[Sequence[Query]], Sequence[Query]] | None = None) -> Run:
+        """Run every stage; ``depth`` (when given) overrides how many candidates each reranker rescores.
+
+        ``keep``, when given, is asked before each stage which of the queries still want an answer (a service drops
+        those whose caller has gone or whose deadline passed); the others' work stops there, and a run without them
+        comes back (an empty one when none is left)."""
+        timings: dict[str, float] = {}
+        for i, stage in enumerate(self.stages):
+            if keep is not None:
+                queries = list(keep(queries))
+                if run is not None:
+                    run = Run({q.id: run[q.id] for q in queries if q.id in run}, timings=run.timings)
+                if not queries:
+                    return Run(timings=timings)
+            last = i == len(self.stages) - 1
+            start = time.perf_counter()
+            # intermediate stages hand on as many candidates as the next stage reranks
+            hand_on = k if last else max(k, depth or getattr(self.stages[i + 1], "depth", k))
+            if isinstance(stage, Reranker):
+                run = stage(queries, run, k=hand_on, depth=depth)
+            else:
+                run = stage(queries, run, k=hand_on)
+            timings[stage.name] = timings.get(stage.name, 0.0) + time.perf_counter() - start
+        assert run is not None
+        run.timings = timings
+        return run
+
+    def search(self, queries: Sequence[Query], k: int, *, depth: int | None = None,
+               remove_identical: bool = False) -> Run:
+        """Run the pipeline over ``queries`` for ``k`` hits each; with ``remove_identical``, hits whose docid equals
+        the qid are dropped after retrieval (BEIR's ignore_identical_ids, for ArguAna), one more hit fetched so that
+        ``k`` remain. The run keeps the stages' timings."""
+        run = self(queries, k=k + (1 if remove_identical else 0), depth=depth)
+        if remove_identical:
+            timings = run.timings
+            run = run.without_identical_ids().truncated(k)
+            run.timings = timings
+        return run
+
+
+class CandidateRun(Retriever):
+    """A first stage that takes its candidates from an existing run (how published re-ranking figures compare)."""
+
+    name = "candidates"
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    def retrieve(self, queries: Sequence[Query], k: int) -> Run:
+        return Run({q.id: [replace_hit(h) for h in self.run.get(q.id, [])[:k]] for q in queries})
+
+
+def apply_scores(queries: Sequence[Query], run: Run, depth: int, scores: Mapping[str, Sequence[float]],
+                 name: str) -> Run:
+    """A new run: each query's top ``depth`` hits rescored with ``scores[qid]`` (one per hit, in run order) and
+    sorted (ties by docid), recorded in ``stage_scores[name]``; the hits below ``depth`` follow in their old order with
+    scores below the lowest new one. Queries of ``run`` that are not in ``queries`` are passed on unchanged."""
+    out = Run(timings=run.timings)
+    for qid, hits in run.items():
+        head, tail = hits[:depth], hits[depth:]
+        new = scores.get(qid)
+        if new is None or not head:
+            out[qid] = [replace_hit(h) for h in hits]
+            continue
+        if len(new) != len(head):
+            raise ValueError(f"{name}: {len(new)} scores for {len(head)} candidates of query {qid}")
+        rescored = []
+        for h, s in zip(head, new):
+            h = replace_hit(h, score=float(s))
+            h.stage_scores[name] = float(s)
+            rescored.append(h)
+        rescored.sort(key=lambda h: (-h.score, h.doc_id))
+        floor = rescored[-1].score
+        rest = [replace_hit(h, score=floor - 1.0 - i) for i, h in enumerate(tail)]
+        merged = rescored + rest
+        for rank, h in enumerate(merged, start=1):
+            h.rank = rank
+        out[qid] = merged
+    return out

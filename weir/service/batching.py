@@ -1,0 +1,127 @@
+"""Micro-batching: queries of concurrent requests for the same pipeline (and k, depth) run as one batch, as Triton's
+dynamic batcher and Ray Serve's ``@serve.batch`` do. A batch starts when ``max_batch`` queries are waiting or when
+the first has waited ``max_wait``; it runs on a worker thread, and every query gets its own hits back. Pipelines work
+on batches of queries, so the model work (query encoding, reranker forward passes, LTR features) of a batch runs
+together; the stages compute each query's scores independently of its batch (:func:`weir.core.types.same_length_batches`),
+so a query gets the same answer alone or batched.
+
+Written here rather than taken from a library: Ray Serve's batcher needs Ray Serve around the service, and the
+asyncio primitives (futures, ``call_later``, ``run_in_executor``) make the whole of it a page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Item:
+    """One query waiting for a batch: its text, whether its hits need text, and when its caller stops waiting."""
+
+    query: str
+    include_text: bool = False
+    deadline: float | None = None  # time.monotonic()
+    abandoned: threading.Event = field(default_factory=threading.Event)
+
+    def wanted(self, now: float) -> bool:
+        return not self.abandoned.is_set() and (self.deadline is None or now < self.deadline)
+
+
+class Abandoned(Exception):
+    """A query's caller went away or its deadline passed before its batch finished: its work stopped."""
+
+
+# run(key, items) -> one result (or exception) per item, on a worker thread
+RunBatch = Callable[[Hashable, list[Item]], Sequence[object]]
+
+
+class MicroBatcher:
+    """Batches of at most ``max_batch`` queries per key, started on at most ``workers`` threads at once: a key's
+    queries are ready when ``max_batch`` of them wait or the first has waited ``max_wait``; a ready batch starts as
+    soon as a worker is free, taking every query of its key waiting by then (up to ``max_batch``), so that under
+    load batches grow instead of queueing one by one."""
+
+    def __init__(self, run: RunBatch, executor: Executor, *, workers: int, max_batch: int = 16,
+                 max_wait: float = 0.002):
+        self.run, self.executor, self.workers = run, executor, workers
+        self.max_batch, self.max_wait = max_batch, max_wait
+        self._pending: dict[Hashable, list[tuple[Item, asyncio.Future]]] = {}
+        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        self._ready: dict[Hashable, None] = {}  # keys whose queries may start, oldest first
+        self.running = 0
+
+    @property
+    def queued(self) -> int:
+        return sum(len(p) for p in self._pending.values())
+
+    async def submit(self, key: Hashable, items: Sequence[Item]) -> list[object]:
+        """The results of ``items`` (in order), each run in a batch with other queries of the same ``key``. An
+        exception a batch raised is raised here; cancelling the caller marks its items abandoned."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        pending = self._pending.setdefault(key, [])
+        for item in items:
+            future = loop.create_future()
+            pending.append((item, future))
+            futures.append(future)
+        if len(pending) >= self.max_batch:
+            self._make_ready(key)
+        elif key not in self._timers and key not in self._ready:
+            self._timers[key] = loop.call_later(self.max_wait, self._make_ready, key)
+        try:
+            return list(await asyncio.gather(*futures))
+        except BaseException:
+            for item in items:
+                item.abandoned.set()
+            raise
+
+    def _make_ready(self, key: Hashable) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        self._ready[key] = None
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Start ready batches while workers are free."""
+        while self.running < self.workers and self._ready:
+            key = next(iter(self._ready))
+            pending = self._pending.get(key, [])
+            batch, pending[:] = pending[:self.max_batch], pending[self.max_batch:]
+            if not pending:
+                del self._ready[key]
+                self._pending.pop(key, None)
+            now = time.monotonic()
+            for item, future in batch:
+                if not future.done() and not item.wanted(now):  # the caller has gone, or its deadline passed
+                    future.set_exception(Abandoned())
+            batch = [(item, future) for item, future in batch if not future.done()]
+            if batch:
+                self._start(key, batch)
+
+    def _start(self, key: Hashable, batch: list[tuple[Item, asyncio.Future]]) -> None:
+        loop = asyncio.get_running_loop()
+        self.running += 1
+        work = loop.run_in_executor(self.executor, self.run, key, [item for item, _ in batch])
+
+        def deliver(done: asyncio.Future) -> None:
+            self.running -= 1
+            error = done.exception()
+            results = None if error is not None else done.result()
+            for i, (_, future) in enumerate(batch):
+                if future.done():
+                    continue
+                if error is not None:
+                    future.set_exception(error)
+                elif isinstance(results[i], BaseException):
+                    future.set_exception(results[i])
+                else:
+                    future.set_result(results[i])
+            self._dispatch()
+
+        work.add_done_callback(deliver)
