@@ -14,7 +14,7 @@ pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 @pytest.mark.data
 def test_default_attention_model_reranks_dl19_to_its_recorded_figure(index_factory, tmp_path, capsys):
     """The shipped models/attention, through `weir run --candidates ... --pipeline attention`, re-ranks the DL 2019
-    BM25 top-100 (0.5058) to nDCG@10 0.6711, the figure its cross-validated form recorded (models/RESULTS.md)."""
+    BM25 top-100 (0.5058) to nDCG@10 0.6711, the figure its cross-validated form recorded (research/notebook.md)."""
     from weir.cli import main
     from tests.conftest import collection
 
