@@ -24,7 +24,7 @@ def test_default_attention_model_reranks_dl19_to_its_recorded_figure(index_facto
                  str(coll / "queries.tsv"), "--candidates", str(coll / "runs" / "BM25_dl19.top100.trec"),
                  "--pipeline", "attention", "-k", "100", "--out", str(out)]) == 0
     capsys.readouterr()
-    assert main(["eval", "--run", str(out), "--qrels", str(coll / "qrels.txt"), "--binary-min-rel", "2",
+    assert main(["eval", "--run", str(out), "--qrels", str(coll / "qrels.txt"), "--min-rel", "2",
                  "--format", "json"]) == 0
     m = json.loads(capsys.readouterr().out)["measures"]
     assert m["nDCG@10"] == pytest.approx(0.6711, abs=0.002)

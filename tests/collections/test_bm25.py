@@ -42,7 +42,7 @@ def test_arguana_bm25_with_identical_id_filter(index_factory, tmp_path, capsys):
 
 def test_dl19_bm25_full_corpus_run_evaluates_to_published_figure(capsys):
     coll = collection("msmarco-passage-trec-dl-pool")
-    m = evaluate(capsys, coll / "runs" / "BM25_dl19.top100.trec", coll / "qrels.txt", "--binary-min-rel", "2")
+    m = evaluate(capsys, coll / "runs" / "BM25_dl19.top100.trec", coll / "qrels.txt", "--min-rel", "2")
     assert m["nDCG@10"] == pytest.approx(0.5058, abs=0.0005)
 
 
@@ -52,7 +52,7 @@ def test_dl19_bm25_candidates_pass_through_a_pipeline_unchanged(tmp_path, index_
     out = tmp_path / "passthrough.trec"
     assert main(["run", "--index", str(index_factory("adi")), "--topics", str(coll / "queries.tsv"),
                  "--candidates", str(coll / "runs" / "BM25_dl19.top100.trec"), "-k", "100", "--out", str(out)]) == 0
-    m = evaluate(capsys, out, coll / "qrels.txt", "--binary-min-rel", "2")
+    m = evaluate(capsys, out, coll / "qrels.txt", "--min-rel", "2")
     assert m["nDCG@10"] == pytest.approx(0.5058, abs=0.0005)
 
 

@@ -18,7 +18,7 @@ def cmd_eval(args) -> int:
 
     run = Run.read_trec(args.run)
     names = [m for m in args.measures.split(",") if m.strip()] if args.measures else list(DEFAULT_MEASURES)
-    means = evaluate(run, read_qrels(args.qrels), names, binary_min_rel=args.binary_min_rel)
+    means = evaluate(run, read_qrels(args.qrels), names, binary_min_rel=args.min_rel)
     if args.format == "json":
         print(json.dumps({"run": args.run, "qrels": args.qrels, "measures": means}, indent=2))
     else:
@@ -32,7 +32,7 @@ def cmd_experiment(args) -> int:
 
     settings = load_config(args.config) if args.config else {}
     given = {"topics": args.topics, "qrels": args.qrels, "baseline": args.baseline, "test": args.test,
-             "alpha": args.alpha, "binary_min_rel": args.binary_min_rel, "k": args.k, "warmup": args.warmup}
+             "alpha": args.alpha, "binary_min_rel": args.min_rel, "k": args.k, "warmup": args.warmup}
     settings.update({key: value for key, value in given.items() if value is not None})
     if args.index:
         settings["indexes"] = args.index
@@ -63,12 +63,13 @@ def cmd_experiment(args) -> int:
 
 
 def add_parsers(sub) -> None:
+    from weir.cli.options import add_min_rel
+
     e = sub.add_parser("eval", help="evaluate a TREC run against qrels (ir-measures)")
     e.add_argument("--run", required=True, help="TREC run file")
     e.add_argument("--qrels", required=True, help="TREC qrels file (qid 0 docid rel)")
     e.add_argument("--measures", help="comma-separated ir-measures names (default: nDCG@10,RR@10,AP,R@100,R@1000)")
-    e.add_argument("--binary-min-rel", type=int, default=1,
-                   help="lowest grade counted relevant by binary measures (AP, RR, R): 2 for TREC DL (default 1)")
+    add_min_rel(e)
     e.add_argument("--format", choices=("table", "json"), default="table")
     e.set_defaults(func=cmd_eval)
 
@@ -91,8 +92,7 @@ def add_parsers(sub) -> None:
     x.add_argument("--baseline", help="the system the others are tested against (default: the first)")
     x.add_argument("--test", choices=("t", "wilcoxon"), help="paired t-test (default) or Wilcoxon signed-rank")
     x.add_argument("--alpha", type=float, help="significance level after Holm's correction (default 0.05)")
-    x.add_argument("--binary-min-rel", type=int,
-                   help="lowest grade counted relevant by binary measures (AP, RR, R): 2 for TREC DL (default 1)")
+    add_min_rel(x, default=None)
     x.add_argument("--remove-identical", action="store_true",
                    help="drop hits whose docid equals the qid (BEIR's ignore_identical_ids; needed for ArguAna)")
     x.add_argument("-k", "--k", type=int, help="hits per query (default 1000)")

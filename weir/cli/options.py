@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from typing import Any
 
 from weir.ranker.options import PipelineOptions
@@ -92,3 +93,31 @@ def fractions(text: str, flag: str = "--fractions") -> list[float]:
     if not all(math.isfinite(v) for v in values):
         raise InputError(f"{flag} {text!r}: expected finite numbers")
     return [v for v in values if v != 0.0]
+
+
+class Deprecated(argparse.Action):
+    """An old spelling of an option, kept one release: it works as the new one and says so on stderr once a call.
+    ``parser.add_argument("--old", action=Deprecated, new="--new", dest="new", ...)``."""
+
+    def __init__(self, option_strings, dest, *, new: str, nargs=None, **kwargs):
+        self.new = new
+        kwargs.setdefault("help", argparse.SUPPRESS)
+        super().__init__(option_strings, dest, nargs=nargs, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"weir: warning: {option_string} is deprecated and will be removed in the next release; use "
+              f"{self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+
+def add_deprecated(p: argparse.ArgumentParser, old: str, new: str, dest: str, *, flag: bool = False, **kwargs) -> None:
+    """``old`` as a deprecated spelling of ``new`` (stored in ``dest``; ``flag`` for an option without a value)."""
+    p.add_argument(old, action=Deprecated, new=new, dest=dest, nargs=0 if flag else None, **kwargs)
+
+
+def add_min_rel(p: argparse.ArgumentParser, what: str = "binary measures (AP, RR, R)", default: int | None = 1) -> None:
+    """``--min-rel``: the lowest grade counted relevant (2 for TREC DL's graded judgments), one spelling everywhere;
+    ``--binary-min-rel`` is its deprecated spelling."""
+    p.add_argument("--min-rel", dest="min_rel", type=int, default=default,
+                   help=f"the lowest grade counted relevant by {what} (default 1; 2 for TREC DL)")
+    add_deprecated(p, "--binary-min-rel", "--min-rel", "min_rel", type=int)
