@@ -64,8 +64,26 @@ def write_json(path: str | os.PathLike, data: Any, *, indent: int = 1) -> Path:
     return path
 
 
+def portable(value: Any, base: str | os.PathLike | None = None) -> Any:
+    """``value`` with every absolute path in it (strings, also inside lists and dicts) made relative to ``base``
+    (default: the working directory, where the command that trained the model ran), so that a model card names no
+    machine's directories: ``/home/me/weir/../shared/collections/adi`` -> ``../shared/collections/adi``."""
+    base = os.fspath(base or os.getcwd())
+    if isinstance(value, str):
+        if os.path.isabs(value) and len(value) < 4096 and "\n" not in value:
+            return os.path.relpath(value, base)
+        return value
+    if isinstance(value, dict):
+        return {k: portable(v, base) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(v, base) for v in value]
+    return value
+
+
 def write_card(directory: str | os.PathLike, card: dict[str, Any], name: str = "card.json") -> dict[str, Any]:
-    """Stamp ``card`` with its creation time and write it to ``directory/name``; return it."""
+    """Stamp ``card`` with its creation time and write it to ``directory/name``, its paths made relative
+    (:func:`portable`); return it."""
     card["created"] = utc_now()
+    card.update(portable(card))
     write_json(Path(directory) / name, card)
     return card
