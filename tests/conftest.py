@@ -52,6 +52,31 @@ def index_factory(tmp_path_factory):
     return make
 
 
+@pytest.fixture(scope="session")
+def candidates_index(tmp_path_factory):
+    """A BM25 index of just the documents a run of a shared collection ranks (``candidates_index(
+    "msmarco-passage-trec-dl-pool", "runs/BM25_dl19.top100.trec")``): what a reranker over that run reads (the
+    passages' text), a tenth of the DL pool to index. Built once per session."""
+    from weir.indexer.build import build_index
+
+    built: dict[tuple, Path] = {}
+
+    def make(name: str, run: str) -> Path:
+        if (name, run) not in built:
+            source = collection(name)
+            wanted = {line.split()[2] for line in (source / run).read_text(encoding="utf-8").splitlines() if line}
+            root = tmp_path_factory.mktemp(f"{name}-candidates")
+            (root / "coll").mkdir()
+            with open(source / "corpus.jsonl", encoding="utf-8") as f, \
+                    open(root / "coll" / "corpus.jsonl", "w", encoding="utf-8") as out:
+                out.writelines(line for line in f if json.loads(line)["id"] in wanted)
+            build_index(root / "coll", root / "index", components=("bm25",))
+            built[(name, run)] = root / "index"
+        return built[(name, run)]
+
+    return make
+
+
 WEIGHTING_DOCS = [  # the tiny corpus of the learned term weighting tests
     {"id": "d1", "title": "Protein folding", "text": "Proteins fold; misfolded proteins aggregate in neurons."},
     {"id": "d2", "title": "Running mice", "text": "Mice running on wheels ran faster than sedentary mice."},

@@ -12,15 +12,17 @@ pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 
 
 @pytest.mark.data
-def test_default_attention_model_reranks_dl19_to_its_recorded_figure(index_factory, tmp_path, capsys):
+def test_default_attention_model_reranks_dl19_to_its_recorded_figure(candidates_index, tmp_path, capsys):
     """The shipped models/attention, through `weir run --candidates ... --pipeline attention`, re-ranks the DL 2019
-    BM25 top-100 (0.5058) to nDCG@10 0.6711, the figure its cross-validated form recorded (research/notebook.md)."""
+    BM25 top-100 (0.5058) to nDCG@10 0.6711, the figure its cross-validated form recorded (research/notebook.md).
+    The index holds the candidates' passages alone: a reranker reads nothing else."""
     from weir.cli import main
     from tests.conftest import collection
 
     coll = collection("msmarco-passage-trec-dl-pool")
     out = tmp_path / "attention.trec"
-    assert main(["run", "--index", str(index_factory("msmarco-passage-trec-dl-pool")), "--topics",
+    index = candidates_index("msmarco-passage-trec-dl-pool", "runs/BM25_dl19.top100.trec")
+    assert main(["run", "--index", str(index), "--topics",
                  str(coll / "queries.tsv"), "--candidates", str(coll / "runs" / "BM25_dl19.top100.trec"),
                  "--pipeline", "attention", "-k", "100", "--out", str(out)]) == 0
     capsys.readouterr()
