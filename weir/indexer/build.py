@@ -45,7 +45,8 @@ def _build_bm25(documents: Iterator[Document], out: Path, options: dict) -> dict
 
 
 def _build_dense(documents: Iterator[Document], out: Path, options: dict) -> dict:
-    from weir.indexer.dense import DenseConfig, build_dense
+    from weir.indexer.dense import DenseConfig
+    from weir.indexer.dense_build import build_dense
 
     config = options.get("dense")
     if isinstance(config, dict):
