@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from weir.cli.options import add_deprecated
+
 
 def cmd_build(args) -> int:
     from weir.indexer.build import build_index
@@ -121,8 +123,6 @@ def cmd_upgrade(args) -> int:
 
 
 def add_parsers(sub) -> None:
-    from weir.cli.options import add_deprecated
-
     idx = sub.add_parser("index", help="build or check an index directory").add_subparsers(
         dest="index_command", required=True, metavar="ACTION")
     b = idx.add_parser("build", help="index a collection (built aside, renamed into place when complete)",
@@ -173,9 +173,9 @@ def add_parsers(sub) -> None:
     r = b.add_argument_group(
         "distributed build on Ray (--ray)",
         "The per-document steps (quality scoring for --prune, DeepCT / DeepImpact term weighting, dense encoding) "
-        "run on Ray workers, block by block, into block files; the components are then built from the block files as "
-        "in one process, giving the same index. An interrupted build run again with the same arguments computes only "
-        "the blocks without a file; a worker that dies has its block retried. The corpus must be readable at the same "
+        "run on Ray workers, block by block, into block files; the components are then built from them as in one "
+        "process, giving the same index. An interrupted build run again with the same arguments computes only the "
+        "blocks without a file; a worker that dies has its block retried. The corpus must be readable at the same "
         "path on every node.")
     r.add_argument("--ray", metavar="ADDRESS", nargs="?", const="local", default=None,
                    help="'local' (the default when --ray is given bare): a Ray instance on this machine, started and "
@@ -189,8 +189,7 @@ def add_parsers(sub) -> None:
                    help="documents per block (and block file), a multiple of the steps' batches (default 1024)")
     r.add_argument("--ray-work-dir", metavar="DIR", default=None,
                    help="where the block files are kept until the index is in place (default: OUT.blocks beside it)")
-    r.add_argument("--keep-blocks", action="store_true",
-                   help="keep the work directory (the block files) after a successful build")
+    r.add_argument("--keep-blocks", action="store_true", help="keep the work directory after a successful build")
     add_deprecated(r, "--keep-shards", "--keep-blocks", "keep_blocks", flag=True)
     lw = b.add_argument_group("learned term weighting (--with ...,deepct,deepimpact)")
     lw.add_argument("--deepct-model", default=None,
