@@ -1,7 +1,7 @@
 """The distributed build on Ray (``weir index build --ray``, :mod:`weir.indexer.distributed`) gives the single-process
 index: the first 300 documents of Cranfield (real text) in blocks of 256 (the term weighting batch) on 2 local
-workers, so one block of 256 and one of 44. Killed as a whole after its first shard, a build of bm25, deepct and
-deepimpact run again resumes from it and gives the single-process index: every run of every component equal, ids,
+workers, so one block of 256 and one of 44. Killed as a whole after its first block file, a build of bm25, deepct
+and deepimpact run again resumes from it and gives the single-process index: every run of every component equal, ids,
 order and scores. A shard set built on Ray (``--shard-set 2``, bm25, deepct, deepimpact and dense) with one worker
 killed mid-build holds the single index's postings and vectors (the same bits) in its two shards, the killed
 worker's block retried on a restarted actor. (What ``--shard I/N --ray`` hands the workers is checked without Ray,
@@ -9,7 +9,7 @@ in tests/indexer/test_distributed_plan.py.)
 
 With ``--prune learned:0.25`` the quality scoring runs on the workers too: over the whole of Cranfield (1,398 non-empty
 documents, two blocks of the learned estimator's 1024) its scores must be the single-process build's bits, prune the
-same documents and give the same BM25 runs; run again, the build reuses the quality shards.
+same documents and give the same BM25 runs; run again, the build reuses the quality block files.
 
 Ray runs in a child process of the build, started here through the command line in a loopback-only network
 namespace where one can be made (root and ``unshare``): there Ray binds 127.0.0.1 only (../shared/DESIGN.md).
@@ -44,7 +44,7 @@ def _build(coll: Path, out: Path, work: Path, components: str = COMPONENTS, extr
     command = [sys.executable, "-m", "weir.cli", "index", "build", "--collection", str(coll), "--out", str(out),
                "--with", components, "--skip-empty", "--dense-chunk-size", str(BLOCK), "--ray", "--ray-workers", "2",
                "--ray-cpus-per-worker", "1", "--ray-block-size", str(BLOCK), "--ray-work-dir", str(work),
-               "--keep-shards", *extra]
+               "--keep-blocks", *extra]
     return in_loopback_namespace(command)[0]
 
 
@@ -61,8 +61,8 @@ def _wait_for(predicate, proc: subprocess.Popen, what: str, timeout: float = TIM
     pytest.fail(f"no {what} within {timeout}s")
 
 
-def _shards(work: Path) -> list[Path]:
-    return sorted(p for p in (work / "shards").glob("*.pkl")) if (work / "shards").is_dir() else []
+def _block_files(work: Path) -> list[Path]:
+    return sorted(p for p in (work / "blocks").glob("*.pkl")) if (work / "blocks").is_dir() else []
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +112,9 @@ def assert_same_index(single: Path, distributed: Path, coll: Path) -> None:
 
 
 def _kill_a_worker(work: Path, proc: subprocess.Popen) -> None:
-    """Once the first shard is written, SIGKILL a worker other than the one that wrote it (the one still busy)."""
-    first = _wait_for(lambda: _shards(work), proc, "first shard")[0]
+    """Once the first block file is written, SIGKILL a worker other than the one that wrote it (the one still
+    busy)."""
+    first = _wait_for(lambda: _block_files(work), proc, "first block file")[0]
     with open(first, "rb") as f:
         writer = pickle.load(f)["worker"].rsplit(":", 1)[1]
     others = [p.name for p in (work / "workers").iterdir() if p.name != writer]
@@ -121,15 +122,15 @@ def _kill_a_worker(work: Path, proc: subprocess.Popen) -> None:
     os.kill(victim, signal.SIGKILL)
 
 
-def test_a_build_killed_midway_resumes_from_its_shards(subset, single, tmp_path):
+def test_a_build_killed_midway_resumes_from_its_block_files(subset, single, tmp_path):
     out, work, log = tmp_path / "index", tmp_path / "work", tmp_path / "build.log"
     with open(log, "wb") as stderr:
         proc = subprocess.Popen(_build(subset, out, work, LEXICAL), cwd=ROOT, stdout=stderr, stderr=stderr,
                                 start_new_session=True)
-        _wait_for(lambda: _shards(work), proc, "first shard")
+        _wait_for(lambda: _block_files(work), proc, "first block file")
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, its Ray child and the workers, at once
         proc.wait(timeout=60)
-    finished = len(_shards(work))
+    finished = len(_block_files(work))
     assert finished == 1
     _kill_leftover_ray(work)
     with open(log, "ab") as stderr:
@@ -167,8 +168,8 @@ def test_quality_scoring_on_the_workers_prunes_as_one_process(tmp_path):
     command = in_loopback_namespace(
         [sys.executable, "-m", "weir.cli", "index", "build", "--collection", str(coll), "--out", str(out),
          "--with", "bm25", "--skip-empty", "--prune", "learned:0.25", "--ray", "--ray-workers", "2",
-         "--ray-cpus-per-worker", "1", "--ray-work-dir", str(work), "--keep-shards", "--overwrite"])[0]
-    for cache in ("first", "second"):  # a cache of its own: the scores are computed (then read from the shards)
+         "--ray-cpus-per-worker", "1", "--ray-work-dir", str(work), "--keep-blocks", "--overwrite"])[0]
+    for cache in ("first", "second"):  # a cache of its own: the scores are computed (then read from the block files)
         env = {**os.environ, "WEIR_CACHE": str(tmp_path / cache)}
         with open(log, "ab") as stderr:
             done = subprocess.run(command, cwd=ROOT, stdout=stderr, stderr=stderr, env=env, timeout=TIMEOUT,

@@ -73,31 +73,33 @@ def test_a_block_that_no_longer_matches_the_corpus_is_an_error(tmp_path):
 
 
 def test_a_work_directory_that_is_not_a_builds_is_never_emptied(tmp_path):
-    from weir.indexer.distributed import RayOptions, compute_shards
+    from weir.indexer.distributed import RayOptions, compute_blocks
+    from weir.indexer.inputs import BuildInputs
 
     corpus = _corpus(tmp_path, 20)
     work = tmp_path / "mine"
     work.mkdir()
     (work / "notes.txt").write_text("keep me")
     with pytest.raises(InputError, match="not the work directory of a build"):
-        compute_shards(corpus, ("deepct",), {}, None, tmp_path / "index", RayOptions(work_dir=str(work)))
+        compute_blocks(corpus, BuildInputs(components=("deepct",)), None, tmp_path / "index",
+                       RayOptions(work_dir=str(work)))
     assert (work / "notes.txt").read_text() == "keep me"
 
 
-def test_the_phases_keep_their_own_plans_and_shards(tmp_path):
-    """A pruned build's two phases share one work directory: each phase's plan decides only its own shards."""
-    from weir.indexer.distributed import ENCODING, QUALITY, _open_work, write_shard
+def test_the_phases_keep_their_own_plans_and_block_files(tmp_path):
+    """A pruned build's two phases share one work directory: each phase's plan decides only its own block files."""
+    from weir.indexer.distributed import ENCODING, QUALITY, open_work, write_block
 
     work = tmp_path / "work"
     quality = {"blocks": 2, "estimator": "learned"}
-    assert _open_work(work, QUALITY, quality) == set()
-    write_shard(work, 0, {"docids": []}, QUALITY.shards)
+    assert open_work(work, QUALITY, quality) == set()
+    write_block(work, 0, {"docids": []}, QUALITY.blocks)
     encoding = {"blocks": 1, "kept_sha256": "a"}
-    assert _open_work(work, ENCODING, encoding) == set()  # the quality plan makes it a build's work directory
-    write_shard(work, 0, {"docids": []}, ENCODING.shards)
-    assert _open_work(work, QUALITY, quality) == {0} and _open_work(work, ENCODING, encoding) == {0}
-    assert _open_work(work, ENCODING, {**encoding, "kept_sha256": "b"}) == set()  # other documents kept
-    assert _open_work(work, QUALITY, quality) == {0}
+    assert open_work(work, ENCODING, encoding) == set()  # the quality plan makes it a build's work directory
+    write_block(work, 0, {"docids": []}, ENCODING.blocks)
+    assert open_work(work, QUALITY, quality) == {0} and open_work(work, ENCODING, encoding) == {0}
+    assert open_work(work, ENCODING, {**encoding, "kept_sha256": "b"}) == set()  # other documents kept
+    assert open_work(work, QUALITY, quality) == {0}
 
 
 def test_an_estimator_that_compares_documents_is_not_scored_in_blocks(tmp_path):
@@ -143,11 +145,11 @@ def test_a_shard_hands_the_workers_only_its_documents(tmp_path, monkeypatch):
     class Stop(Exception):
         pass
 
-    def compute_shards(corpus, components, options, todo, out, ray, **kw):
-        handed.update(todo=todo, components=components)
+    def compute_blocks(corpus, inputs, todo, out, ray, **kw):
+        handed.update(todo=todo, components=inputs.components)
         raise Stop
 
-    monkeypatch.setattr(distributed, "compute_shards", compute_shards)
+    monkeypatch.setattr(distributed, "compute_blocks", compute_blocks)
     with pytest.raises(Stop):
         build_index(corpus.path, tmp_path / "out", components=("bm25", "deepct"), skip_empty=True,
                     shard=ShardSpec(1, 3), ray=distributed.RayOptions())
@@ -155,3 +157,69 @@ def test_a_shard_hands_the_workers_only_its_documents(tmp_path, monkeypatch):
     assert len(streamed) == 26 and handed["components"] == ("bm25", "deepct")  # 4 of the 30 are empty
     assert handed["todo"] == {d for i, d in enumerate(streamed) if i % 3 == 1}
     assert not (tmp_path / "out").exists()
+
+
+def test_the_block_files_live_beside_the_index_and_an_earlier_work_directory_starts_afresh(tmp_path):
+    """The work directory is ``OUT.blocks`` (``--ray-work-dir`` else); one left by a weir that named the per-block
+    files shards (plan version 1, ``shards/``) is a build's work directory, but none of its work is reused."""
+    from weir.indexer.distributed import ENCODING, RayOptions, open_work, work_directory, write_block
+    from weir.indexer.distributed.plan import PLAN_VERSION
+
+    assert work_directory(tmp_path / "idx", RayOptions()) == tmp_path / "idx.blocks"
+    assert work_directory(tmp_path / "idx", RayOptions(work_dir=str(tmp_path / "w"))) == tmp_path / "w"
+    work = tmp_path / "old"
+    work.mkdir()
+    (work / "plan.json").write_text(json.dumps({"version": 1, "blocks": 1}))
+    write_block(work, 0, {"docids": []}, "shards")
+    write_block(work, 0, {"docids": []}, ENCODING.blocks)
+    assert open_work(work, ENCODING, {"version": PLAN_VERSION, "blocks": 1}) == set()
+
+
+def test_the_dense_vectors_of_the_block_files_follow_the_corpus(tmp_path):
+    """The builders read the workers' vectors chunk by chunk, whatever the chunks and blocks; a shard's reader passes
+    over the other shards' rows; documents the block files do not hold are an error."""
+    import numpy as np
+
+    from weir.core.types import Document
+    from weir.indexer.distributed import Block, BlockVectors, write_block
+
+    ids = [f"d{i}" for i in range(7)]
+    vectors = np.arange(14, dtype=np.float16).reshape(7, 2)
+    blocks = [Block(0, 0, 1, 3), Block(1, 0, 4, 3), Block(2, 0, 7, 1)]
+    for b, start in zip(blocks, (0, 3, 6)):
+        write_block(tmp_path, b.index, {"docids": ids[start:start + b.count], "dense": vectors[start:start + b.count]})
+    docs = [Document(i, "", "text") for i in ids]
+    whole = BlockVectors(tmp_path, blocks)
+    read = np.concatenate([whole(docs[:2]), whole(docs[2:6]), whole(docs[6:])])
+    assert read.dtype == np.float32 and np.array_equal(read, vectors.astype(np.float32))
+    shard = whole.for_a_shard()
+    assert np.array_equal(shard(docs[1::3]), vectors[1::3].astype(np.float32))
+    with pytest.raises(InputError, match="no vector for document 'd9'"):
+        BlockVectors(tmp_path, blocks).for_a_shard()([Document("d9", "", "x")])
+    with pytest.raises(InputError, match="do not follow the corpus"):
+        BlockVectors(tmp_path, blocks)(docs[1:3])
+
+
+def test_keep_shards_is_a_deprecated_spelling_of_keep_blocks(capsys):
+    from weir.cli import parser
+
+    base = ["index", "build", "--collection", "c", "--out", "o", "--ray"]
+    assert parser().parse_args(base + ["--keep-blocks"]).keep_blocks is True
+    assert "deprecated" not in capsys.readouterr().err
+    args = parser().parse_args(base + ["--keep-shards"])
+    assert args.keep_blocks is True
+    err = capsys.readouterr().err
+    assert "weir: warning: --keep-shards is deprecated" in err and "use --keep-blocks" in err
+    assert parser().parse_args(base).keep_blocks is False
+
+
+def test_the_work_directory_is_removed_once_the_index_is_in_place_unless_kept(tmp_path):
+    from weir.indexer.distributed import ENCODING, RayOptions, finish, open_work, work_directory
+
+    out = tmp_path / "idx"
+    work = work_directory(out, RayOptions())
+    open_work(work, ENCODING, {"blocks": 0})
+    finish(out, RayOptions(keep_blocks=True))
+    assert (work / "plan.json").is_file()
+    finish(out, RayOptions())
+    assert not work.exists()

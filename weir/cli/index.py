@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from weir.cli.options import add_deprecated
+
 
 def cmd_build(args) -> int:
     from weir.indexer.build import build_index
@@ -75,7 +77,7 @@ def ray_options(args):
     from weir.indexer.distributed import RayOptions
 
     options = RayOptions(address=args.ray, workers=args.ray_workers, cpus_per_worker=args.ray_cpus_per_worker,
-                         block_size=args.ray_block_size, work_dir=args.ray_work_dir, keep_shards=args.keep_shards)
+                         block_size=args.ray_block_size, work_dir=args.ray_work_dir, keep_blocks=args.keep_blocks)
     options.check()
     return options
 
@@ -171,9 +173,10 @@ def add_parsers(sub) -> None:
     r = b.add_argument_group(
         "distributed build on Ray (--ray)",
         "The per-document steps (quality scoring for --prune, DeepCT / DeepImpact term weighting, dense encoding) "
-        "run on Ray workers, block by block, into shard files; the components are then built from the shards as in one process, giving the same "
-        "index. An interrupted build run again with the same arguments computes only the blocks without a shard; a "
-        "worker that dies has its block retried. The corpus must be readable at the same path on every node.")
+        "run on Ray workers, block by block, into block files; the components are then built from them as in one "
+        "process, giving the same index. An interrupted build run again with the same arguments computes only the "
+        "blocks without a file; a worker that dies has its block retried. The corpus must be readable at the same "
+        "path on every node.")
     r.add_argument("--ray", metavar="ADDRESS", nargs="?", const="local", default=None,
                    help="'local' (the default when --ray is given bare): a Ray instance on this machine, started and "
                    "stopped by the build; 'auto': the running cluster (RAY_ADDRESS or `ray start`); or a cluster "
@@ -183,10 +186,11 @@ def add_parsers(sub) -> None:
                    help="CPUs (and torch threads) per worker (default: this machine's cores / workers; with GPUs in "
                    "the cluster each worker takes one GPU instead)")
     r.add_argument("--ray-block-size", type=int, default=None,
-                   help="documents per block and shard, a multiple of the steps' batches (default 1024)")
+                   help="documents per block (and block file), a multiple of the steps' batches (default 1024)")
     r.add_argument("--ray-work-dir", metavar="DIR", default=None,
-                   help="where the shards are kept until the index is in place (default: OUT.shards beside it)")
-    r.add_argument("--keep-shards", action="store_true", help="keep the work directory after a successful build")
+                   help="where the block files are kept until the index is in place (default: OUT.blocks beside it)")
+    r.add_argument("--keep-blocks", action="store_true", help="keep the work directory after a successful build")
+    add_deprecated(r, "--keep-shards", "--keep-blocks", "keep_blocks", flag=True)
     lw = b.add_argument_group("learned term weighting (--with ...,deepct,deepimpact)")
     lw.add_argument("--deepct-model", default=None,
                     help="trained DeepCT model directory (default: models/deepct; `weir train deepct`)")

@@ -1,4 +1,8 @@
-"""`weir index build`: a collection in, an index directory (components + manifest.json) out."""
+"""`weir index build`: a collection in, an index directory (components + manifest.json) out; one index, one shard,
+or a shard set in one run.
+
+Each component is built from a pass of its own over the corpus by its builder (:data:`BUILDERS`), which reads the
+build's settings and shared results from a :class:`weir.indexer.inputs.BuildInputs`."""
 
 from __future__ import annotations
 
@@ -7,10 +11,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
-from weir.indexer.collections import Collection, Corpus
+from weir.indexer.collections import Collection, Corpus, CorpusStats
+from weir.indexer.dense import DenseConfig
 from weir.indexer.index_dir import FORMAT_VERSION, Timer, staged_directory, tree_checksum, write_manifest
+from weir.indexer.inputs import BuildInputs, CollectionWeights
 from weir.indexer.weighting.build import learned_kinds
 from weir.core.provenance import sha256_file, utc_now, versions
 from weir.core.types import Document, InputError
@@ -38,32 +45,29 @@ def _with_postings(info: dict, out: Path) -> dict:
     return {**info, "postings_arrays": write_postings(out)}
 
 
-def _build_bm25(documents: Iterator[Document], out: Path, options: dict) -> dict:
+def _build_bm25(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:
     from weir.indexer.lucene import build_bm25
 
-    return _with_postings(build_bm25(documents, out, threads=options.get("threads")), out)
+    return _with_postings(build_bm25(documents, out, threads=inputs.threads), out)
 
 
-def _build_dense(documents: Iterator[Document], out: Path, options: dict) -> dict:
-    from weir.indexer.dense import DenseConfig, build_dense
+def _build_dense(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:
+    from weir.indexer.dense_build import build_dense
 
-    config = options.get("dense")
-    if isinstance(config, dict):
-        config = DenseConfig(**config)
-    return build_dense(documents, out, config, corpus_sha256=options.get("corpus_sha256"),
-                       computed=options.get("_dense_vectors"))
+    return build_dense(documents, out, inputs.dense, corpus_sha256=inputs.corpus_sha256,
+                       computed=inputs.dense_vectors)
 
 
-def _build_deepct(documents: Iterator[Document], out: Path, options: dict) -> dict:
+def _build_deepct(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:
     from weir.indexer.weighting.build import build_deepct
 
-    return _with_postings(build_deepct(documents, out, options), out)
+    return _with_postings(build_deepct(documents, out, inputs), out)
 
 
-def _build_deepimpact(documents: Iterator[Document], out: Path, options: dict) -> dict:
+def _build_deepimpact(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:
     from weir.indexer.weighting.build import build_deepimpact
 
-    return _with_postings(build_deepimpact(documents, out, options), out)
+    return _with_postings(build_deepimpact(documents, out, inputs), out)
 
 
 def _counted(documents: Iterator[Document], counts: list[int]) -> Iterator[Document]:
@@ -73,10 +77,6 @@ def _counted(documents: Iterator[Document], counts: list[int]) -> Iterator[Docum
         given += 1
         yield doc
     counts.append(given)
-
-
-def _reuses_vectors(dense) -> bool:
-    return bool(dense.get("vectors_from") if isinstance(dense, dict) else getattr(dense, "vectors_from", None))
 
 
 def _prune(corpus: Corpus, spec, tmp: Path, device: str | None, ray=None, out: Path | None = None
@@ -119,7 +119,7 @@ def _prune(corpus: Corpus, spec, tmp: Path, device: str | None, ray=None, out: P
     return entry, keep
 
 
-# component name -> builder(documents, component directory, build options) -> manifest entry; each builder
+# component name -> builder(documents, component directory, build inputs) -> manifest entry; each builder
 # consumes its own pass over the corpus (the stream is re-read and re-validated, never held in memory)
 BUILDERS = {"bm25": _build_bm25, "dense": _build_dense, "deepct": _build_deepct, "deepimpact": _build_deepimpact}
 COMPONENTS = tuple(BUILDERS)
@@ -152,86 +152,36 @@ def build_index(
     ``dense``: an :class:`weir.indexer.dense.DenseConfig` (or a dict of its fields) for the ``dense`` component.
     ``learned``: for ``deepct`` / ``deepimpact``: ``deepct_model``, ``deepimpact_model`` (trained artifact
     directories; default the committed ones under models/), ``device``, ``batch_size``.
-    ``prune``: a :class:`weir.indexer.quality.prune.PruneSpec`; the corpus is scored first and the pruned documents are
-    left out of every component (never weighted, encoded or indexed). ``device``: the quality estimator's.
-    ``shard``: an :class:`weir.indexer.shards.ShardSpec`; only the shard's documents are indexed (pruning still scores the
-    whole corpus, so a shard keeps what the whole index keeps), and the manifest records the shard.
-    ``ray``: an :class:`weir.indexer.distributed.RayOptions`; the per-document steps (quality scoring, term weighting,
-    dense encoding) then run on Ray workers into resumable shard files, and the components are built from them
-    (:mod:`weir.indexer.distributed`); with ``shard``, only the shard's documents go to the workers.
+    ``prune``: a :class:`weir.indexer.quality.prune.PruneSpec`; the corpus is scored first and the pruned documents
+    are left out of every component (never weighted, encoded or indexed). ``device``: the quality estimator's.
+    ``shard``: an :class:`weir.indexer.shards.ShardSpec`; only the shard's documents are indexed (pruning still scores
+    the whole corpus, so a shard keeps what the whole index keeps), and the manifest records the shard.
+    ``ray``: an :class:`weir.indexer.distributed.RayOptions`; the per-document steps (quality scoring, term
+    weighting, dense encoding) then run on Ray workers into resumable block files, and the components are built from
+    them (:mod:`weir.indexer.distributed`); with ``shard``, only the shard's documents go to the workers.
     ``collection_pass``: a :class:`CollectionPass`, what a shard set computed once over the whole collection, from
     which this shard takes its documents' learned weights (and dense vectors, from Ray workers); see
     :func:`build_shard_set`."""
     _check_components(components)
     if collection_pass is not None and (shard is None or ray is not None):
         raise InputError("a collection pass is for the shards of a shard set (given their shard, without ray)")
-    weights = collection_pass.weights if collection_pass is not None else None
     coll = Collection.open(collection)
     out = Path(out)
     total = Timer()
-    manifest: dict = {
-        "format_version": FORMAT_VERSION,
-        "created": utc_now(),
-        "collection": {"name": coll.name, "path": str(coll.root.resolve()), "layout": coll.layout,
-                       "corpus": str(coll.corpus_path.resolve())},
-        "components": {},
-        "versions": versions(*BUILD_DISTS),
-    }
+    manifest = _new_manifest(coll)
     with staged_directory(out, overwrite=overwrite) as tmp:
         corpus = coll.corpus(skip_empty=skip_empty)
-        options = {"threads": threads, "dense": dense, "learned": learned or {}, "components": tuple(components),
-                   "corpus_sha256": sha256_file(coll.corpus_path) if _reuses_vectors(dense) else None,
-                   "_collection_weights": weights}
-        if collection_pass is not None and collection_pass.vectors is not None and "dense" in components:
-            options["_dense_vectors"] = collection_pass.vectors()  # this shard's rows of the workers' vectors
+        inputs = _inputs(coll, components, threads, dense, learned, collection_pass)
         if collection_pass is not None and collection_pass.distributed is not None:
             manifest["distributed"] = {**collection_pass.distributed, "shard_set": "computed once for every shard"}
         keep = None
         if prune is not None:
             manifest["pruning"], keep = _prune(corpus, prune, tmp, device, ray, out)
         if ray is not None:
-            from weir.indexer.dense import DenseConfig
-            from weir.indexer.distributed import compute_shards
-
-            if "dense" in components and not isinstance(dense, DenseConfig):
-                dense = options["dense"] = DenseConfig(**(dense or {}))
-            todo = keep
-            if shard is not None:  # the workers weigh and encode only this shard's documents
-                ids = {d.id for i, d in enumerate(_progress(corpus, "shard documents")) if shard.takes(i)}
-                todo = ids if keep is None else ids & keep
-            manifest["distributed"] = compute_shards(corpus, tuple(components), options, todo, out, ray,
-                                                     dense=dense if "dense" in components else None, device=device)
-        stats = None
-        in_shard: list[int] = []  # documents of the shard indexed, one count per component
-        for name in dict.fromkeys(components):
-            timer = Timer()
-            documents = _progress(corpus, f"{name} index")
-            if shard is not None:
-                documents = (d for i, d in enumerate(documents) if shard.takes(i))
-            if keep is not None:
-                documents = (d for d in documents if d.id in keep)
-            if shard is not None:
-                documents = _counted(documents, in_shard)
-            info = BUILDERS[name](documents, tmp / name, options)
-            info["build_seconds"] = timer.seconds
-            manifest["components"][name] = {"path": name, **info}
-            if stats is not None and (stats.sha256, stats.documents) != (corpus.stats.sha256, corpus.stats.documents):
-                raise InputError(f"{coll.corpus_path} changed while the index was being built; build again")
-            stats = corpus.stats
-        if stats is None:
-            raise InputError("no index component requested; e.g. --with bm25 or --with bm25,dense")
-        manifest["collection"].update({"sha256": stats.sha256, "bytes": stats.bytes})
-        pruned = manifest["pruning"]["pruned"] if keep is not None else 0
-        manifest["counts"] = {"documents": stats.documents - pruned, "skipped_empty": len(stats.skipped_empty),
-                              "skipped_empty_ids": stats.skipped_empty[:1000], "pruned": pruned}
-        if shard is not None:
-            manifest["shard"] = {**shard.describe(), "collection_documents": stats.documents - pruned}
-            if learned_kinds(components):  # whose statistics and impact scale the learned weights read
-                manifest["shard"]["learned_weights"] = "collection" if weights is not None else "shard"
-            manifest["counts"]["documents"] = in_shard[0]
-        for component in [*manifest["components"].values()] + ([manifest["pruning"]] if keep is not None else []):
-            digest, files, size = tree_checksum(tmp / component["path"])
-            component.update({"sha256": digest, "files": files, "bytes": size})
+            manifest["distributed"] = _compute_on_ray(corpus, inputs, keep, shard, out, ray, device)
+        stats, in_shard = _build_components(corpus, inputs, keep, shard, tmp, manifest)
+        _record_counts(manifest, stats, keep, shard, inputs, in_shard)
+        _record_checksums(manifest, tmp)
         manifest["timings"] = {"total_seconds": total.seconds}
         if keep is not None:
             manifest["timings"]["quality_seconds"] = manifest["pruning"]["seconds"]
@@ -243,6 +193,106 @@ def build_index(
     return manifest
 
 
+def _new_manifest(coll: Collection) -> dict:
+    return {
+        "format_version": FORMAT_VERSION,
+        "created": utc_now(),
+        "collection": {"name": coll.name, "path": str(coll.root.resolve()), "layout": coll.layout,
+                       "corpus": str(coll.corpus_path.resolve())},
+        "components": {},
+        "versions": versions(*BUILD_DISTS),
+    }
+
+
+def _dense_config(dense, components) -> DenseConfig | None:
+    """The dense component's settings from a :class:`DenseConfig`, a dict of its fields or None (the defaults); None
+    when ``components`` have no dense component."""
+    if "dense" not in components:
+        return None
+    return dense if isinstance(dense, DenseConfig) else DenseConfig(**(dense or {}))
+
+
+def _inputs(coll: Collection, components, threads: int | None, dense, learned: dict | None,
+            collection_pass: CollectionPass | None) -> BuildInputs:
+    """What this build gives its component builders (for a shard of a set, what the set's pass computed)."""
+    config = _dense_config(dense, components)
+    inputs = BuildInputs(components=tuple(components), threads=threads, dense=config, learned=learned or {},
+                         corpus_sha256=sha256_file(coll.corpus_path) if config is not None and config.vectors_from
+                         else None)
+    if collection_pass is not None:
+        inputs.collection_weights = collection_pass.weights
+        if collection_pass.vectors is not None and config is not None:
+            inputs.dense_vectors = collection_pass.vectors()  # this shard's rows of the workers' vectors
+    return inputs
+
+
+def _compute_on_ray(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, shard, out: Path, ray,
+                    device: str | None) -> dict:
+    """The per-document steps on Ray workers, for the documents kept (of the shard, with ``shard``), their results
+    handed to the builders through ``inputs``; the manifest's ``distributed`` entry."""
+    from weir.indexer.distributed import compute_blocks
+
+    todo = keep
+    if shard is not None:  # the workers weigh and encode only this shard's documents
+        ids = {d.id for i, d in enumerate(_progress(corpus, "shard documents")) if shard.takes(i)}
+        todo = ids if keep is None else ids & keep
+    return compute_blocks(corpus, inputs, todo, out, ray, device=device)
+
+
+def _documents(corpus: Corpus, name: str, shard, keep: set[str] | None, in_shard: list[int]) -> Iterator[Document]:
+    """Component ``name``'s pass over the corpus: the shard's documents (their number appended to ``in_shard`` once
+    the pass ends), less the pruned ones."""
+    documents = _progress(corpus, f"{name} index")
+    if shard is not None:
+        documents = (d for i, d in enumerate(documents) if shard.takes(i))
+    if keep is not None:
+        documents = (d for d in documents if d.id in keep)
+    if shard is not None:
+        documents = _counted(documents, in_shard)
+    return documents
+
+
+def _build_components(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, shard, tmp: Path,
+                      manifest: dict) -> tuple[CorpusStats, list[int]]:
+    """Every component built into ``tmp`` from a pass of its own over the corpus, and entered in the manifest;
+    return the corpus's statistics (checked to be the same in every pass) and the documents of the shard indexed,
+    one count per component."""
+    stats = None
+    in_shard: list[int] = []
+    for name in dict.fromkeys(inputs.components):
+        timer = Timer()
+        info = BUILDERS[name](_documents(corpus, name, shard, keep, in_shard), tmp / name, inputs)
+        info["build_seconds"] = timer.seconds
+        manifest["components"][name] = {"path": name, **info}
+        if stats is not None and (stats.sha256, stats.documents) != (corpus.stats.sha256, corpus.stats.documents):
+            raise InputError(f"{corpus.path} changed while the index was being built; build again")
+        stats = corpus.stats
+    if stats is None:
+        raise InputError("no index component requested; e.g. --with bm25 or --with bm25,dense")
+    return stats, in_shard
+
+
+def _record_counts(manifest: dict, stats: CorpusStats, keep: set[str] | None, shard, inputs: BuildInputs,
+                   in_shard: list[int]) -> None:
+    """The corpus's checksum and size, the documents indexed, skipped and pruned, and the shard, in the manifest."""
+    manifest["collection"].update({"sha256": stats.sha256, "bytes": stats.bytes})
+    pruned = manifest["pruning"]["pruned"] if keep is not None else 0
+    manifest["counts"] = {"documents": stats.documents - pruned, "skipped_empty": len(stats.skipped_empty),
+                          "skipped_empty_ids": stats.skipped_empty[:1000], "pruned": pruned}
+    if shard is not None:
+        manifest["shard"] = {**shard.describe(), "collection_documents": stats.documents - pruned}
+        if learned_kinds(inputs.components):  # whose statistics and impact scale the learned weights read
+            manifest["shard"]["learned_weights"] = "collection" if inputs.collection_weights is not None else "shard"
+        manifest["counts"]["documents"] = in_shard[0]
+
+
+def _record_checksums(manifest: dict, tmp: Path) -> None:
+    """Each component's (and the pruning's) checksum, files and bytes, in the manifest."""
+    for component in [*manifest["components"].values()] + ([manifest["pruning"]] if "pruning" in manifest else []):
+        digest, files, size = tree_checksum(tmp / component["path"])
+        component.update({"sha256": digest, "files": files, "bytes": size})
+
+
 def shard_name(index: int, count: int) -> str:
     return f"shard-{index}-of-{count}"
 
@@ -250,11 +300,11 @@ def shard_name(index: int, count: int) -> str:
 @dataclass
 class CollectionPass:
     """What a shard set computes once over the whole collection for all its shards: the learned weights
-    (:class:`weir.indexer.weighting.build.CollectionWeights`); on Ray also a maker of readers of the dense vectors the
-    workers encoded (one reader per shard: it passes over the other shards' rows) and the run's record."""
+    (:class:`weir.indexer.inputs.CollectionWeights`); on Ray also a maker of readers of the dense vectors the workers
+    encoded (one reader per shard: it passes over the other shards' rows) and the run's record."""
 
-    weights: object | None = None
-    vectors: Callable[[], object] | None = None
+    weights: CollectionWeights | None = None
+    vectors: Callable[[], Callable[[list[Document]], np.ndarray]] | None = None
     distributed: dict | None = None
 
 
@@ -271,15 +321,13 @@ def build_shard_set(collection: str | os.PathLike, out: str | os.PathLike, count
     shard quantizes impacts with the whole collection's largest impact, so each document's postings are the ones a
     single index of the collection gives it. Impact scores then compare across the shards (the sharded server
     serves ``deepimpact`` and ``deepimpact+bm25`` only from such a set); shards built one by one each have a scale of
-    their own. BM25 and dense need no such pass: their scores are made comparable at serving (:mod:`weir.indexer.shards`).
+    their own. BM25 and dense need no such pass: their scores are made comparable at serving
+    (:mod:`weir.indexer.shards`).
 
     With ``ray`` (an :class:`weir.indexer.distributed.RayOptions`) that pass is the distributed build's: the workers
-    score, weigh and encode the whole collection once into resumable shard files, and each shard's components are
+    score, weigh and encode the whole collection once into resumable block files, and each shard's components are
     built from its documents' rows. The set is built aside and renamed into place when every shard is complete."""
-    import shutil
-
     from weir.indexer.shards import ShardSpec
-    from weir.indexer.weighting.build import CollectionWeights, collection_weights
 
     if count < 1:
         raise InputError(f"a shard set has at least one shard (got --shard-set {count})")
@@ -291,33 +339,8 @@ def build_shard_set(collection: str | os.PathLike, out: str | os.PathLike, count
     manifests = []
     with staged_directory(out, overwrite=overwrite) as tmp:
         passed = None
-        kinds = learned_kinds(components)
-        if kinds or (ray is not None and "dense" in components):
-            corpus = coll.corpus(skip_empty=skip_empty)
-            keep = None
-            if prune is not None:  # the documents every shard keeps (each shard records its pruning again)
-                scratch = tmp / ".pruning"
-                scratch.mkdir()
-                _, keep = _prune(corpus, prune, scratch, device, ray, out)
-                shutil.rmtree(scratch)
-            if ray is None:
-                documents = (d for d in _progress(corpus, "shard set: the collection's learned weights")
-                             if keep is None or d.id in keep)
-                passed = CollectionPass(collection_weights(documents, {"learned": learned or {},
-                                                                       "components": tuple(components)}))
-            else:
-                from weir.indexer.dense import DenseConfig
-                from weir.indexer.distributed import ShardVectors, compute_shards
-
-                if "dense" in components and not isinstance(dense, DenseConfig):
-                    dense = common["dense"] = DenseConfig(**(dense or {}))
-                run = {"learned": learned or {}, "components": tuple(components), "threads": threads}
-                record = compute_shards(corpus, tuple(components), run, keep, out, ray,
-                                        dense=dense if "dense" in components else None, device=device)
-                given = run.get("_dense_vectors")
-                passed = CollectionPass(CollectionWeights.of(run["_learned_memo"]) if kinds else None,
-                                        (lambda: ShardVectors(given.work, given.blocks, subset=True))
-                                        if given is not None else None, record)
+        if learned_kinds(components) or (ray is not None and "dense" in components):
+            passed = _collection_pass(coll, tmp, out, ray, **common)
         for i in range(count):
             manifests.append(build_index(collection, tmp / shard_name(i, count), shard=ShardSpec(i, count),
                                          collection_pass=passed, **common))
@@ -326,3 +349,32 @@ def build_shard_set(collection: str | os.PathLike, out: str | os.PathLike, count
 
         finish(out, ray)
     return manifests
+
+
+def _collection_pass(coll: Collection, tmp: Path, out: Path, ray, *, components: tuple[str, ...], skip_empty: bool,
+                     threads: int | None, dense, learned: dict | None, prune, device: str | None) -> CollectionPass:
+    """The shard set's pass over the whole collection (less the documents every shard prunes): the learned weights,
+    in this process or on Ray workers (which encode the dense vectors too)."""
+    import shutil
+
+    from weir.indexer.weighting.build import collection_weights
+
+    corpus = coll.corpus(skip_empty=skip_empty)
+    keep = None
+    if prune is not None:  # the documents every shard keeps (each shard records its pruning again)
+        scratch = tmp / ".pruning"
+        scratch.mkdir()
+        _, keep = _prune(corpus, prune, scratch, device, ray, out)
+        shutil.rmtree(scratch)
+    if ray is None:
+        documents = (d for d in _progress(corpus, "shard set: the collection's learned weights")
+                     if keep is None or d.id in keep)
+        return CollectionPass(collection_weights(documents, learned or {}, components))
+    from weir.indexer.distributed import compute_blocks
+
+    inputs = BuildInputs(components=components, threads=threads, dense=_dense_config(dense, components),
+                         learned=learned or {})
+    record = compute_blocks(corpus, inputs, keep, out, ray, device=device)
+    vectors = inputs.dense_vectors
+    return CollectionPass(CollectionWeights.of(inputs.learned_memo) if learned_kinds(components) else None,
+                          vectors.for_a_shard if vectors is not None else None, record)

@@ -1,5 +1,6 @@
-"""The dense component of an index: passage embeddings (:mod:`weir.indexer.encoder`) in a faiss index, plus a docid map;
-built by :func:`build_dense`, opened for search by :func:`open_dense`.
+"""The dense component of an index: passage embeddings (:mod:`weir.indexer.encoder`) in a faiss index, plus a docid map.
+Here: its settings (:class:`DenseConfig`), the faiss index types and how an index is made from stored vectors, and the
+opened component (:func:`open_dense`); built by :func:`weir.indexer.dense_build.build_dense`.
 
 Files in the component directory:
 
@@ -17,7 +18,6 @@ Files in the component directory:
 - ``vectors.npy``: the passage embeddings as float16 (n, dim), so rerankers and features can use dense similarity
   without encoding again, and another faiss index can be built from them without the model.
 
-The corpus is streamed in chunks (encoded, added, written, dropped): no more than one chunk of texts is held.
 :class:`DenseIndex` is the opened component (faiss index, docid map, the float16 passage vectors memory-mapped for
 rerankers); it is opened once per process and shared by every retriever and feature over it.
 """
@@ -29,14 +29,13 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
-from weir.core.types import Document, InputError, batched
+from weir.core.types import InputError
 
 INDEX_TYPES = ("flat", "hnsw", "ivfflat", "ivfpq")
 IVF_TYPES = ("ivfflat", "ivfpq")
@@ -70,6 +69,14 @@ class DenseConfig:
     # are encoded. What a sweep over pruned fractions, or a rebuild with another faiss index type, needs.
     vectors_from: str | None = None
     extra: dict = field(default_factory=dict)
+
+    def encoder_options(self, **overrides) -> dict:
+        """The passage encoder's settings (:class:`weir.indexer.encoder.Encoder`), ``overrides`` (device, threads)
+        replacing this config's."""
+        options = {"device": self.device, "batch_size": self.batch_size, **overrides}
+        if self.max_length:
+            options["passage_max_length"] = self.max_length
+        return options
 
     def check(self) -> None:
         if self.index not in INDEX_TYPES:
@@ -201,113 +208,6 @@ def write_on_disk_index(vectors: np.ndarray, kind: str, params: dict, out: Path,
     finally:
         shutil.rmtree(parts_dir, ignore_errors=True)
     return len(parts)
-
-
-class ReusedVectors:
-    """The float32 vectors of another index's flat dense component, by document id (``DenseConfig.vectors_from``)."""
-
-    def __init__(self, index_path: str | os.PathLike, encoder, corpus_sha256: str | None):
-        import faiss
-
-        from weir.indexer.index_dir import Index
-
-        source = Index(index_path)
-        entry = source.manifest["components"].get("dense")
-        if entry is None or entry.get("index") != "flat":
-            raise InputError(f"--dense-vectors-from {index_path}: needs an index with a flat dense component")
-        if corpus_sha256 is not None and source.manifest["collection"].get("sha256") != corpus_sha256:
-            raise InputError(f"--dense-vectors-from {index_path}: that index was built from another corpus")
-        theirs, ours = entry["encoder"], encoder.describe()
-        keys = ("model_sha256", "pooling", "normalize", "dim", "passage_max_length")
-        if any(theirs.get(k) != ours.get(k) for k in keys) or not ours.get("model_sha256"):
-            raise InputError(f"--dense-vectors-from {index_path}: its encoder differs from this build's "
-                             f"({', '.join(f'{k} {theirs.get(k)!r} vs {ours.get(k)!r}' for k in keys)})")
-        path = source.component_path("dense")
-        self.index = faiss.read_index(str(path / INDEX_FILE))
-        with open(path / DOCIDS_FILE, encoding="utf-8") as f:
-            self.row_of = {line.rstrip("\n"): i for i, line in enumerate(f)}
-        self.source = {"index": str(Path(index_path).resolve()), "manifest_created": source.manifest.get("created")}
-        self.reused = 0
-
-    def vectors(self, chunk: list[Document], encode) -> np.ndarray:
-        """The vectors of ``chunk``: copied where the source has the document, ``encode``d otherwise."""
-        rows = [self.row_of.get(d.id) for d in chunk]
-        out = np.empty((len(chunk), self.index.d), dtype=np.float32)
-        missing = [i for i, r in enumerate(rows) if r is None]
-        for i, r in enumerate(rows):
-            if r is not None:
-                out[i] = self.index.reconstruct(r)
-        if missing:
-            out[missing] = encode([chunk[i].contents for i in missing])
-        self.reused += len(chunk) - len(missing)
-        return out
-
-
-def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | None = None, *,
-                corpus_sha256: str | None = None, computed=None) -> dict:
-    """Encode ``documents`` (title + " " + text, as the BEIR figures) and write the dense component to ``out``;
-    return its manifest entry (minus checksums). ``computed``: a function from a chunk of documents to their vectors,
-    already encoded elsewhere with this config's encoder (the shards of a distributed build)."""
-    import faiss
-
-    from weir.indexer.encoder import shared_encoder
-
-    config = config or DenseConfig()
-    config.check()
-    out.mkdir(parents=True, exist_ok=True)
-    options = {"device": config.device, "batch_size": config.batch_size}
-    if config.max_length:
-        options["passage_max_length"] = config.max_length
-    encoder = shared_encoder(config.model, **options)
-    dim = encoder.dim
-    reuse = ReusedVectors(config.vectors_from, encoder, corpus_sha256) if config.vectors_from else None
-    raw_path = out / "vectors.f16.partial"
-    # exact and HNSW indexes take the float32 vectors as they come; an IVF index is trained once all are known
-    streaming = new_index(config.index, dim, index_parameters(config, 1 << 20, dim)) \
-        if config.index not in IVF_TYPES else None
-    n = 0
-    with open(out / DOCIDS_FILE, "w", encoding="utf-8") as ids, open(raw_path, "wb") as raw:
-        for chunk in batched(documents, config.chunk_size):
-            if computed is not None:
-                vectors = computed(chunk)
-            elif reuse is None:
-                vectors = encoder.encode_passages([d.contents for d in chunk])
-            else:
-                vectors = reuse.vectors(chunk, encoder.encode_passages)
-            if streaming is not None:
-                streaming.add(vectors)
-            raw.write(vectors.astype(np.float16).tobytes())
-            ids.writelines(f"{d.id}\n" for d in chunk)
-            n += len(chunk)
-    if n == 0:
-        raise InputError("the dense index needs at least one document")
-    stored = np.lib.format.open_memmap(out / VECTORS_FILE, mode="w+", dtype=np.float16, shape=(n, dim))
-    source = np.memmap(raw_path, dtype=np.float16, mode="r", shape=(n, dim))
-    for start in range(0, n, 65536):
-        stored[start:start + 65536] = source[start:start + 65536]
-    stored.flush()
-    del stored, source
-    os.remove(raw_path)
-    params = index_parameters(config, n, dim)
-    if config.on_disk:
-        params["parts"] = write_on_disk_index(np.load(out / VECTORS_FILE, mmap_mode="r"), config.index, params, out)
-    else:
-        index = streaming if streaming is not None else \
-            index_from_vectors(np.load(out / VECTORS_FILE, mmap_mode="r"), config.index, params)
-        faiss.write_index(index, str(out / INDEX_FILE))
-        del index
-    entry = {k: v for k, v in asdict(config).items() if k in ("batch_size", "chunk_size")}
-    reused = {} if reuse is None else {
-        "vectors_reused": {**reuse.source, "documents": reuse.reused, "encoded": n - reuse.reused}}
-    return {
-        "type": f"faiss-{config.index}",
-        "documents": n,
-        **reused,
-        "encoder": {**encoder.describe(), "device": encoder.device, "fp16": encoder.fp16},
-        "index": config.index,
-        "parameters": {**params, **entry, "contents": "title + ' ' + text (BEIR flat)",
-                       "vectors": "float16 (n, dim) in vectors.npy, row i = line i of docids.txt"},
-    }
 
 
 class DenseIndex:

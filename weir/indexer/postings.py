@@ -161,100 +161,123 @@ def _smallest_unsigned(values: np.ndarray) -> np.ndarray:
     return values.astype(np.uint64)
 
 
+class _Segments:
+    """What :func:`export` reads of one field, segment by segment: the norms by (global) doc number; per segment its
+    terms, the postings kept per term (live documents) and Lucene's document frequencies (deleted documents
+    included); and the postings of every segment, in the order read."""
+
+    def __init__(self, field: str, max_doc: int):
+        self.field = field
+        self.norms = np.zeros(max_doc, dtype=np.uint8)
+        self.has_norms = False
+        self.terms: list[list[str]] = []
+        self.dfs: list[array] = []
+        self.lucene_dfs: list[array] = []
+        self.docs, self.freqs = array("i"), array("q")
+        self.no_more = jvm.autoclass("org.apache.lucene.search.DocIdSetIterator").NO_MORE_DOCS
+        self.with_freqs = jvm.autoclass("org.apache.lucene.index.PostingsEnum").FREQS
+
+    def read_norms(self, leaf, base: int) -> None:
+        leaf_norms = leaf.getNormValues(self.field)
+        if leaf_norms is None:
+            return
+        self.has_norms = True
+        next_doc, value, no_more, norms = leaf_norms.nextDoc, leaf_norms.longValue, self.no_more, self.norms
+        while (d := next_doc()) != no_more:
+            norms[base + d] = value() & 0xFF
+
+    def read_postings(self, leaf, base: int, bar) -> None:
+        terms, dfs, lucene_df = [], array("q"), array("q")
+        self.terms.append(terms)
+        self.dfs.append(dfs)
+        self.lucene_dfs.append(lucene_df)
+        field_terms = leaf.terms(self.field)
+        if field_terms is None:
+            return
+        live = leaf.getLiveDocs()  # None: no deleted document in this segment
+        it = field_terms.iterator()
+        next_term, doc_freq, total_freq, postings = it.next, it.docFreq, it.totalTermFreq, it.postings
+        docs, freqs, no_more, with_freqs = self.docs, self.freqs, self.no_more, self.with_freqs
+        pe = None
+        while (term := next_term()) is not None:
+            terms.append(term.utf8ToString())
+            df = int(doc_freq())
+            lucene_df.append(df)
+            pe = postings(pe, with_freqs)
+            next_posting = pe.nextDoc
+            if live is not None:  # Lucene's postings still hold deleted documents; its searches skip them
+                kept, is_live, freq = 0, live.get, pe.freq
+                while (d := next_posting()) != no_more:
+                    if is_live(d):
+                        docs.append(base + d)
+                        freqs.append(freq())
+                        kept += 1
+                dfs.append(kept)
+            elif total_freq() == df:  # every frequency is 1: one call a posting
+                docs.extend(base + next_posting() for _ in range(df))
+                freqs.extend([1] * df)
+                dfs.append(df)
+            else:
+                freq = pe.freq
+                for _ in range(df):
+                    docs.append(base + next_posting())
+                    freqs.append(freq())
+                dfs.append(df)
+            bar.update()
+
+    def merged(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The field's terms (Lucene's order), each term's postings kept and Lucene's document frequency, and the
+        postings' doc numbers and frequencies, ordered by term: a term's postings are its postings in each segment,
+        in segment (= doc number) order."""
+        docs, freqs = np.frombuffer(self.docs, dtype=np.int32), np.frombuffer(self.freqs, dtype=np.int64)
+        if len(self.terms) == 1:
+            return (self.terms[0], np.frombuffer(self.dfs[0], dtype=np.int64),
+                    np.frombuffer(self.lucene_dfs[0], dtype=np.int64), docs, freqs)
+        all_terms = sorted(set().union(*self.terms), key=lambda t: t.encode("utf-8"))
+        ids = {t: i for i, t in enumerate(all_terms)}
+        term_of_posting = np.concatenate([
+            np.repeat(np.array([ids[t] for t in terms], dtype=np.int64), np.frombuffer(dfs, dtype=np.int64))
+            for terms, dfs in zip(self.terms, self.dfs)])
+        order = np.argsort(term_of_posting, kind="stable")
+        dfs = np.bincount(term_of_posting, minlength=len(all_terms))
+        lucene_df = np.zeros(len(all_terms), dtype=np.int64)
+        for terms, counts in zip(self.terms, self.lucene_dfs):
+            lucene_df[[ids[t] for t in terms]] += np.frombuffer(counts, dtype=np.int64)
+        return all_terms, dfs, lucene_df, docs[order], freqs[order]
+
+
 @jvm.serialized
 def export(lucene_path: Path, field: str = FIELD, *, progress: bool = True) -> Postings:
     """Read every posting and norm of ``field`` from the Lucene index at ``lucene_path`` (one pass, through
     pyjnius: about 6 us a posting here)."""
     reader = open_reader(Path(lucene_path))
     try:
-        FREQS = jvm.autoclass("org.apache.lucene.index.PostingsEnum").FREQS
-        no_more = jvm.autoclass("org.apache.lucene.search.DocIdSetIterator").NO_MORE_DOCS
         multi = jvm.autoclass("org.apache.lucene.index.MultiTerms").getTerms(reader, field)
         if multi is None:
             raise ValueError(f"the Lucene index at {lucene_path} has no field {field!r}")
         max_doc = int(reader.maxDoc())
         leaves = reader.leaves()
         leaves = [leaves.get(i) for i in range(leaves.size())]
-        norms = np.zeros(max_doc, dtype=np.uint8)
-        has_norms = False
-        leaf_terms: list[list[str]] = []
-        leaf_dfs: list[array] = []  # postings kept per term (live documents)
-        lucene_dfs: list[array] = []  # Lucene's document frequencies (deleted documents included)
-        docs, freqs = array("i"), array("q")
+        segments = _Segments(field, max_doc)
         total_terms = sum(max(int(ctx.reader().terms(field).size()), 0) for ctx in leaves
                           if ctx.reader().terms(field) is not None)
-        bar = tqdm(total=total_terms, desc=f"postings {Path(lucene_path).name}", unit="term", disable=not progress)
-        for ctx in leaves:
-            leaf, base = ctx.reader(), int(ctx.docBase)
-            leaf_norms = leaf.getNormValues(field)
-            if leaf_norms is not None:
-                has_norms = True
-                next_doc, value = leaf_norms.nextDoc, leaf_norms.longValue
-                while (d := next_doc()) != no_more:
-                    norms[base + d] = value() & 0xFF
-            terms, dfs, lucene_df = [], array("q"), array("q")
-            leaf_terms.append(terms)
-            leaf_dfs.append(dfs)
-            lucene_dfs.append(lucene_df)
-            field_terms = leaf.terms(field)
-            if field_terms is None:
-                continue
-            live = leaf.getLiveDocs()  # None: no deleted document in this segment
-            it = field_terms.iterator()
-            next_term, doc_freq, total_freq, postings = it.next, it.docFreq, it.totalTermFreq, it.postings
-            pe = None
-            while (term := next_term()) is not None:
-                terms.append(term.utf8ToString())
-                df = int(doc_freq())
-                lucene_df.append(df)
-                pe = postings(pe, FREQS)
-                next_posting = pe.nextDoc
-                if live is not None:  # Lucene's postings still hold deleted documents; its searches skip them
-                    kept, is_live, freq = 0, live.get, pe.freq
-                    while (d := next_posting()) != no_more:
-                        if is_live(d):
-                            docs.append(base + d)
-                            freqs.append(freq())
-                            kept += 1
-                    dfs.append(kept)
-                elif total_freq() == df:  # every frequency is 1: one call a posting
-                    docs.extend(base + next_posting() for _ in range(df))
-                    freqs.extend([1] * df)
-                    dfs.append(df)
-                else:
-                    freq = pe.freq
-                    for _ in range(df):
-                        docs.append(base + next_posting())
-                        freqs.append(freq())
-                    dfs.append(df)
-                bar.update()
-        bar.close()
+        with tqdm(total=total_terms, desc=f"postings {Path(lucene_path).name}", unit="term",
+                  disable=not progress) as bar:
+            for ctx in leaves:
+                leaf, base = ctx.reader(), int(ctx.docBase)
+                segments.read_norms(leaf, base)
+                segments.read_postings(leaf, base, bar)
         doc_count, sum_ttf = int(multi.getDocCount()), int(multi.getSumTotalTermFreq())
         num_docs = int(reader.numDocs())
         docids = read_docid_table(Path(lucene_path), reader)
     finally:
         reader.close()
-    docs_np, freqs_np = np.frombuffer(docs, dtype=np.int32), np.frombuffer(freqs, dtype=np.int64)
-    if len(leaf_terms) == 1:
-        all_terms, dfs = leaf_terms[0], np.frombuffer(leaf_dfs[0], dtype=np.int64)
-        lucene_df = np.frombuffer(lucene_dfs[0], dtype=np.int64)
-    else:  # merge segments: a term's postings are its postings in each segment, in segment (= doc number) order
-        all_terms = sorted(set().union(*leaf_terms), key=lambda t: t.encode("utf-8"))
-        ids = {t: i for i, t in enumerate(all_terms)}
-        term_of_posting = np.concatenate([
-            np.repeat(np.array([ids[t] for t in terms], dtype=np.int64), np.frombuffer(dfs, dtype=np.int64))
-            for terms, dfs in zip(leaf_terms, leaf_dfs)])
-        order = np.argsort(term_of_posting, kind="stable")
-        docs_np, freqs_np = docs_np[order], freqs_np[order]
-        dfs = np.bincount(term_of_posting, minlength=len(all_terms))
-        lucene_df = np.zeros(len(all_terms), dtype=np.int64)
-        for terms, counts in zip(leaf_terms, lucene_dfs):
-            lucene_df[[ids[t] for t in terms]] += np.frombuffer(counts, dtype=np.int64)
+    all_terms, dfs, lucene_df, docs, freqs = segments.merged()
     offsets = np.zeros(len(all_terms) + 1, dtype=np.int64)
     np.cumsum(dfs, out=offsets[1:])
     deleted = num_docs < max_doc
-    return Postings(field, list(all_terms), offsets, docs_np.copy(), _smallest_unsigned(freqs_np),
-                    norms if has_norms else None, max_doc, doc_count, sum_ttf, docids, num_docs,
+    return Postings(field, list(all_terms), offsets, docs.copy(), _smallest_unsigned(freqs),
+                    segments.norms if segments.has_norms else None, max_doc, doc_count, sum_ttf, docids, num_docs,
                     lucene_df.astype(np.int32) if deleted else None)
 
 

@@ -8,31 +8,33 @@
   the stored frequency of a term is its quantized impact (what Anserini makes of a ``JsonVectorCollection``
   document, term repeated q times), scored by ``ImpactSimilarity``.
 
-Both components of one build share one encoder pass when their heads share a backbone (and read the term vector
-cache of :mod:`weir.indexer.weighting.cache` when one exists for these documents). Term vectors come rounded to float16, as
-the cache stores them: a build gives the same weights with or without the cache, and in one process or on Ray
-workers (:mod:`weir.indexer.distributed`, which runs the same batches of :data:`BATCH` documents). The manifest entry records the
-model card and its sha256, the quantization parameters and counts.
+The builders read what the build gives them from :class:`weir.indexer.inputs.BuildInputs`. Both components of one
+build share one encoder pass when their heads share a backbone (and read the term vector cache of
+:mod:`weir.indexer.weighting.cache` when one exists for these documents). Term vectors come rounded to float16, as the
+cache stores them: a build gives the same weights with or without the cache, and in one process or on Ray workers
+(:mod:`weir.indexer.distributed`, which runs the same batches of :data:`BATCH` documents). The manifest entry records
+the model card and its sha256, the quantization parameters and counts.
 
 A shard of a shard set (:func:`weir.indexer.build.build_shard_set`) takes its documents' weights from
-:class:`CollectionWeights`, computed once over the whole collection: the same batches, term statistics and, for
-``deepimpact``, largest impact as a single index of the collection, so its postings are that index's.
+:class:`weir.indexer.inputs.CollectionWeights`, computed once over the whole collection: the same batches, term
+statistics and, for ``deepimpact``, largest impact as a single index of the collection, so its postings are that
+index's.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
+from weir.indexer.inputs import BuildInputs, CollectionWeights, LearnedWeights, largest_impact
 from weir.indexer.lucene import index_pretokenized
 from weir.indexer.weighting.terms import counts_query_terms
 from weir.core.runtime import shipped_model
-from weir.core.types import Document, InputError
+from weir.core.types import Document
 
 DEFAULT_MODELS = {"deepct": "deepct", "deepimpact": "deepimpact"}  # under models/ (the BM25-shaped, multi-collection heads)
 TF_SCALE = 100
@@ -63,8 +65,10 @@ def learned_kinds(components) -> list[str]:
     return [k for k in ("deepct", "deepimpact") if k in components]
 
 
-def model_path(kind: str, options: dict) -> Path:
-    given = (options.get("learned") or {}).get(f"{kind}_model")
+def model_path(kind: str, learned: dict) -> Path:
+    """The model directory of learned component ``kind``: the one ``learned`` (:attr:`BuildInputs.learned`) names,
+    else the shipped one."""
+    given = (learned or {}).get(f"{kind}_model")
     return Path(given) if given else shipped_model(DEFAULT_MODELS[kind])
 
 
@@ -75,106 +79,77 @@ def weights_depend_on_collection(kind: str, card: dict) -> bool:
     return kind == "deepimpact" or bool(card.get("features"))
 
 
-@dataclass
-class CollectionWeights:
-    """Every learned component's weights for each document of a whole collection (``memo``: kind -> (docids,
-    per-document (terms, weights), model description), lists, or the columns of a distributed build's shards) and
-    the largest DeepImpact impact among them: computed once for all shards of a shard set, each taking its own
-    documents' weights from it."""
-
-    memo: dict
-    max_impact: float | None
-    _row: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # document id -> position
-
-    @classmethod
-    def of(cls, memo: dict) -> CollectionWeights:
-        """From a memo of :func:`_weights` (or of a distributed build's shards): the largest impact read once."""
-        max_impact = None
-        if "deepimpact" in memo:
-            max_impact = max((float(w.max()) for _, w in memo["deepimpact"][1] if len(w)), default=0.0)
-        return cls(memo, max_impact)
-
-    def select(self, kind: str, documents: Iterable[Document]) -> tuple[list[str], object, dict]:
-        """``kind``'s (docids, weights, model) for ``documents``, in their order (the collection's: a shard's
-        documents come in corpus order); each must be one the weights were computed for."""
-        docids, weights, model = self.memo[kind]
-        ids = [d.id for d in documents]
-        if not isinstance(weights, list):  # shard columns: read as the builder iterates, never all held
-            return ids, _Subset(docids, weights, ids), model
-        if not self._row:
-            self._row.update((d, i) for i, d in enumerate(docids))
-        missing = [d for d in ids if d not in self._row]
-        if missing:
-            raise InputError(_NO_WEIGHTS.format(missing[0]))
-        return ids, [weights[self._row[d]] for d in ids], model
-
-
-_NO_WEIGHTS = ("document {!r} has no weights in this shard set's pass over the collection (did the corpus change "
-               "during the build?); build again")
-
-
-class _Subset:
-    """The weights of ``ids`` (in corpus order) from whole-collection columns, each time it is iterated."""
-
-    def __init__(self, docids, weights, ids: list[str]):
-        self.docids, self.weights, self.ids = docids, weights, ids
-        self.wanted = set(ids)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __iter__(self):
-        given = 0
-        for d, w in zip(self.docids, self.weights):
-            if d in self.wanted:
-                if d != self.ids[given]:
-                    raise InputError(_NO_WEIGHTS.format(self.ids[given]))
-                given += 1
-                yield w
-        if given != len(self.ids):
-            raise InputError(_NO_WEIGHTS.format(self.ids[given]))
-
-
-def collection_weights(documents: Iterable[Document], options: dict) -> CollectionWeights:
+def collection_weights(documents: Iterable[Document], learned: dict, components: tuple[str, ...]
+                       ) -> CollectionWeights:
     """The learned weights of every document of ``documents`` (the whole collection, as a single index reads it) for
-    each learned component in ``options['components']``, with the collection's term statistics."""
+    each learned component of ``components``, with the collection's term statistics; ``learned``: as
+    :attr:`BuildInputs.learned`."""
     docs = list(documents)
-    run = {"learned": options.get("learned") or {}, "components": tuple(options["components"])}
-    for kind in learned_kinds(run["components"]):
-        _weights(kind, docs, run)  # one pass for the heads that share a backbone
-    return CollectionWeights.of(run["_learned_memo"])
+    inputs = BuildInputs(components=tuple(components), learned=learned or {})
+    for kind in learned_kinds(inputs.components):
+        _weights(kind, docs, inputs)  # one pass for the heads that share a backbone
+    return CollectionWeights.of(inputs.learned_memo)
 
 
-def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[list[str], list, dict]:
-    """(docids, per-document (terms, weights), model description) for ``kind``; computed once per build for every
-    learned component requested whose head shares the backbone; a shard of a shard set takes its documents' from
-    ``options['_collection_weights']``."""
-    from weir.indexer.weighting.cache import TermVectors, cache_key, cache_root
-    from weir.indexer.weighting.model import TermStatistics, TermWeighter
+def describe_model(model) -> dict:
+    """A term weighting model as the manifest records it: its description, its card and its search parameters."""
+    return {**model.describe(), "card": model.card, "search": model.search_parameters()}
 
-    whole = options.get("_collection_weights")
+
+def same_backbone(card: dict, other: dict) -> bool:
+    """Whether heads with these model cards run on one backbone (the same base model and input length)."""
+    return card.get("base_model") == other.get("base_model") and card.get("max_length") == other.get("max_length")
+
+
+def _weights(kind: str, documents: Iterable[Document], inputs: BuildInputs) -> LearnedWeights:
+    """``kind``'s weights for ``documents``; computed once per build for every learned component requested whose head
+    shares the backbone (:attr:`BuildInputs.learned_memo`); a shard of a shard set takes its documents' from
+    :attr:`BuildInputs.collection_weights`."""
+    whole = inputs.collection_weights
     if whole is not None and kind in whole.memo:
         return whole.select(kind, documents)
-    memo = options.setdefault("_learned_memo", {})
+    memo = inputs.learned_memo
     if kind in memo:
         for _ in documents:  # the stream is consumed (and validated) as for any component
             pass
         return memo[kind]
-    learned = options.get("learned") or {}
-    kinds = [k for k in ("deepct", "deepimpact") if k in (options.get("components") or (kind,))] or [kind]
+    models = _models_sharing_a_backbone(kind, inputs)
+    docs = list(documents)
+    results = _weigh(models, docs)
+    docids = [d.id for d in docs]
+    for k, m in models.items():
+        memo[k] = LearnedWeights(docids, results[k], describe_model(m))
+    return memo[kind]
+
+
+def _models_sharing_a_backbone(kind: str, inputs: BuildInputs) -> dict:
+    """``kind``'s model, and those of the other learned components of the build whose heads share its backbone."""
+    from weir.indexer.weighting.model import TermWeighter
+
+    learned = inputs.learned
+    kinds = learned_kinds(inputs.components or (kind,)) or [kind]
     if kind not in kinds:
         kinds.append(kind)
-    first = TermWeighter(model_path(kind, options), device=learned.get("device"),
+    first = TermWeighter(model_path(kind, learned), device=learned.get("device"),
                          batch_size=learned.get("batch_size") or 32)
     models = {kind: first}
     for other in kinds:
         if other == kind:
             continue
-        path = model_path(other, options)
+        path = model_path(other, learned)
         card = json.loads((path / "card.json").read_text(encoding="utf-8")) if (path / "card.json").is_file() else {}
-        if card.get("base_model") == first.card["base_model"] and card.get("max_length") == first.card.get("max_length"):
+        if same_backbone(card, first.card):
             models[other] = TermWeighter(path, backbone=first.backbone, batch_size=first.batch_size)
-    docs = list(documents)
+    return models
+
+
+def _weigh(models: dict, docs: list[Document]) -> dict[str, list]:
+    """Each model's (terms, weights) for every document of ``docs``, from one pass of their shared backbone (or the
+    term vectors cached for these documents)."""
+    from weir.indexer.weighting.cache import TermVectors, cache_key, cache_root
+    from weir.indexer.weighting.model import TermStatistics
+
+    first = next(iter(models.values()))
     results: dict[str, list] = {k: [] for k in models}
     # statistics of the collection being indexed, for heads with lexical features or a BM25-shaped prior
     stats = TermStatistics(d.contents for d in docs) if any(m.needs_statistics for m in models.values()) else None
@@ -198,14 +173,11 @@ def _weights(kind: str, documents: Iterable[Document], options: dict) -> tuple[l
                 for j, (terms, v) in enumerate(vecs):
                     apply(start + j, terms, v)
                 bar.update(len(batch))
-    docids = [d.id for d in docs]
-    for k, m in models.items():
-        memo[k] = (docids, results[k], {**m.describe(), "card": m.card, "search": m.search_parameters()})
-    return memo[kind]
+    return results
 
 
-def build_deepct(documents: Iterable[Document], out: Path, options: dict) -> dict:
-    docids, weights, model = _weights("deepct", documents, options)
+def build_deepct(documents: Iterable[Document], out: Path, inputs: BuildInputs) -> dict:
+    docids, weights, model = _weights("deepct", documents, inputs)
     postings = 0
 
     def contents():
@@ -215,20 +187,20 @@ def build_deepct(documents: Iterable[Document], out: Path, options: dict) -> dic
             postings += int((tf >= 1).sum())
             yield d, pseudo_document(terms, tf)
 
-    indexed, empty = index_pretokenized(out, contents(), [], options.get("threads"))
+    indexed, empty = index_pretokenized(out, contents(), [], inputs.threads)
     return {"type": "lucene-deepct", "documents": indexed, "documents_without_terms": empty, "postings": postings,
             "model": model, "parameters": {"tf": f"round(w * {TF_SCALE}), tf < 1 dropped", "tf_scale": TF_SCALE,
                                            "analyzer": "whitespace (-pretokenized); terms from weir.indexer.weighting.terms",
                                            "search": model["search"], "docid_table": "docids.txt"}}
 
 
-def build_deepimpact(documents: Iterable[Document], out: Path, options: dict) -> dict:
-    docids, impacts, model = _weights("deepimpact", documents, options)
-    whole = options.get("_collection_weights")
+def build_deepimpact(documents: Iterable[Document], out: Path, inputs: BuildInputs) -> dict:
+    docids, impacts, model = _weights("deepimpact", documents, inputs)
+    whole = inputs.collection_weights
     if whole is not None:  # a shard of a shard set: the whole collection's scale, the same in every shard
         max_impact, of = whole.max_impact, "collection"
     else:
-        max_impact, of = max((float(w.max()) for _, w in impacts if len(w)), default=0.0), "index"
+        max_impact, of = largest_impact(impacts), "index"
     scale = impact_scale(max_impact)
     postings = 0
 
@@ -239,7 +211,7 @@ def build_deepimpact(documents: Iterable[Document], out: Path, options: dict) ->
             postings += int((q >= 1).sum())
             yield d, pseudo_document(terms, q)
 
-    indexed, empty = index_pretokenized(out, contents(), ["-impact"], options.get("threads"))
+    indexed, empty = index_pretokenized(out, contents(), ["-impact"], inputs.threads)
     return {"type": "lucene-impact", "documents": indexed, "documents_without_terms": empty, "postings": postings,
             "model": model, "parameters": {
                 "quantization": {"bits": QUANT_BITS, "max_impact": max_impact, "scale": scale,
