@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from weir.cli.options import add_deprecated
+from weir.cli.options import add_deprecated, add_ray_address
 
 
 def cmd_build(args) -> int:
@@ -145,6 +145,27 @@ def add_parsers(sub) -> None:
                    "over the whole collection (its term statistics, one DeepImpact impact scale), so that "
                    "deepimpact and deepimpact+bm25 can be served over the shards as over one index; with --ray the "
                    "workers weigh and encode the whole collection once for all N")
+    _add_dense_options(b)
+    _add_ray_options(b)
+    _add_learned_and_pruning_options(b)
+    b.set_defaults(func=cmd_build)
+
+    v = idx.add_parser("verify", help="check an index's components against the checksums of its manifest")
+    v.add_argument("index")
+    v.set_defaults(func=cmd_verify)
+
+    u = idx.add_parser("upgrade", help="store what an index of an earlier weir lacks (the postings of its Lucene "
+                       "components), in place",
+                       description="Bring an index built by an earlier weir up to date, in place: each Lucene "
+                       "component (bm25, deepct, deepimpact) without stored postings is checked against its manifest "
+                       "checksum, its postings are exported for in-process search, and the manifest is replaced "
+                       "atomically with the new checksums. Nothing is rebuilt; an up-to-date index is left as it is.")
+    u.add_argument("index", help="index directory (built by `weir index build`)")
+    u.set_defaults(func=cmd_upgrade)
+
+
+def _add_dense_options(b) -> None:
+    """`index build`'s options of the dense component."""
     d = b.add_argument_group("dense component (--with ...,dense)")
     d.add_argument("--dense-index", choices=("flat", "hnsw", "ivfflat", "ivfpq"), default="flat",
                    help="faiss index: flat (exact inner product, default), hnsw, ivfflat (exact vectors in nlist "
@@ -170,6 +191,10 @@ def add_parsers(sub) -> None:
                    help="reuse the vectors of INDEX (same corpus file, a flat dense component of the same encoder) "
                    "for the documents it has, encoding only the others: a rebuild with other pruning or another "
                    "faiss index type without encoding again")
+
+
+def _add_ray_options(b) -> None:
+    """`index build`'s options of a distributed build on Ray."""
     r = b.add_argument_group(
         "distributed build on Ray (--ray)",
         "The per-document steps (quality scoring for --prune, DeepCT / DeepImpact term weighting, dense encoding) "
@@ -177,10 +202,7 @@ def add_parsers(sub) -> None:
         "process, giving the same index. An interrupted build run again with the same arguments computes only the "
         "blocks without a file; a worker that dies has its block retried. The corpus must be readable at the same "
         "path on every node.")
-    r.add_argument("--ray", metavar="ADDRESS", nargs="?", const="local", default=None,
-                   help="'local' (the default when --ray is given bare): a Ray instance on this machine, started and "
-                   "stopped by the build; 'auto': the running cluster (RAY_ADDRESS or `ray start`); or a cluster "
-                   "address such as ray://HOST:10001")
+    add_ray_address(r, "the build")
     r.add_argument("--ray-workers", type=int, default=2, help="workers (Ray actors) running the steps (default 2)")
     r.add_argument("--ray-cpus-per-worker", type=float, default=None,
                    help="CPUs (and torch threads) per worker (default: this machine's cores / workers; with GPUs in "
@@ -191,11 +213,15 @@ def add_parsers(sub) -> None:
                    help="where the block files are kept until the index is in place (default: OUT.blocks beside it)")
     r.add_argument("--keep-blocks", action="store_true", help="keep the work directory after a successful build")
     add_deprecated(r, "--keep-shards", "--keep-blocks", "keep_blocks", flag=True)
+
+
+def _add_learned_and_pruning_options(b) -> None:
+    """`index build`'s options of learned term weighting and static pruning."""
     lw = b.add_argument_group("learned term weighting (--with ...,deepct,deepimpact)")
     lw.add_argument("--deepct-model", default=None,
-                    help="trained DeepCT model directory (default: models/deepct; `weir train deepct`)")
+                    help="trained DeepCT model directory (default: the shipped weir/models/deepct)")
     lw.add_argument("--deepimpact-model", default=None,
-                    help="trained DeepImpact model directory (default: models/deepimpact; `weir train deepimpact`)")
+                    help="trained DeepImpact model directory (default: the shipped weir/models/deepimpact)")
     q = b.add_argument_group("static pruning (passage quality; scored before any component is built)")
     q.add_argument("--prune", metavar="ESTIMATOR:FRACTION", default=None,
                    help="leave out the lowest-scored FRACTION of the documents (0 <= FRACTION < 1), scored by "
@@ -205,17 +231,3 @@ def add_parsers(sub) -> None:
                    help="leave out the documents ESTIMATOR scores below SCORE (see the quantiles `weir quality score` "
                    "prints)")
     q.add_argument("--prune-seed", type=int, default=0, help="seed of the random estimator (default 0)")
-    b.set_defaults(func=cmd_build)
-
-    v = idx.add_parser("verify", help="check an index's components against the checksums of its manifest")
-    v.add_argument("index")
-    v.set_defaults(func=cmd_verify)
-
-    u = idx.add_parser("upgrade", help="store what an index of an earlier weir lacks (the postings of its Lucene "
-                       "components), in place",
-                       description="Bring an index built by an earlier weir up to date, in place: each Lucene "
-                       "component (bm25, deepct, deepimpact) without stored postings is checked against its manifest "
-                       "checksum, its postings are exported for in-process search, and the manifest is replaced "
-                       "atomically with the new checksums. Nothing is rebuilt; an up-to-date index is left as it is.")
-    u.add_argument("index", help="index directory (built by `weir index build`)")
-    u.set_defaults(func=cmd_upgrade)

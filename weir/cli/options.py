@@ -121,3 +121,11 @@ def add_min_rel(p: argparse.ArgumentParser, what: str = "binary measures (AP, RR
     p.add_argument("--min-rel", dest="min_rel", type=int, default=default,
                    help=f"the lowest grade counted relevant by {what} (default 1; 2 for TREC DL)")
     add_deprecated(p, "--binary-min-rel", "--min-rel", "min_rel", type=int)
+
+
+def add_ray_address(p, what: str) -> None:
+    """``--ray [ADDRESS]``, the same flag on `index build` and `serve`: where ``what`` runs on Ray."""
+    p.add_argument("--ray", metavar="ADDRESS", nargs="?", const="local", default=None,
+                   help=f"run {what} on Ray: 'local' (the default when --ray is given bare) starts a Ray instance on "
+                   "this machine and stops it after; 'auto' joins the running cluster (RAY_ADDRESS or `ray start`); "
+                   "or a cluster address such as ray://HOST:10001")
