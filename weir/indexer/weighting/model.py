@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from weir.core import bm25
 from weir.indexer.weighting.terms import word_terms
 from weir.core.provenance import sha256_file, write_card
 from weir.core.runtime import DEFAULT_MODEL, load_pretrained, model_fingerprint, prepare_device, resolve_model
@@ -47,7 +48,7 @@ CARD = "card.json"
 HEAD = "head.pt"
 MAX_LENGTH = 256
 FEATURES = ("idf", "tf", "length")
-BM25_K1, BM25_B = 0.9, 0.4  # the prior of a BM25-shaped DeepImpact head, and the search of BM25-shaped DeepCT
+BM25_K1, BM25_B = bm25.K1, bm25.B  # the prior of a BM25-shaped DeepImpact head, and the search of BM25-shaped DeepCT
 FACTOR_LOG_BOUND = math.log(2.0)  # a BM25-shaped head multiplies its prior by a factor in [1/2, 2]
 DEEPCT_RESOLUTION = 10  # BM25-shaped DeepCT writes tf' = round(10 * tf * factor), searched with k1 = 10 * 0.9
 
@@ -111,7 +112,7 @@ class TermStatistics:
         tf = self.tf(i, doc_terms) if tf is None else np.asarray(tf, dtype=np.float64)
         length = sum(self.counts[i].values()) if length is None else length
         df = np.array([self.df.get(t, 0) for t in doc_terms], dtype=np.float64)
-        idf = np.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+        idf = bm25.idf(self.n_docs, df)
         return idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / self.avgdl))
 
     def prior(self, kind: str, i: int, doc_terms: Sequence[str]) -> np.ndarray:
@@ -129,7 +130,7 @@ class TermStatistics:
         for name in names:
             if name == "idf":
                 df = np.array([self.df.get(t, 0) for t in doc_terms], dtype=np.float64)
-                cols.append(np.log(1 + (self.n_docs - df + 0.5) / (df + 0.5)) / 10)
+                cols.append(bm25.idf(self.n_docs, df) / 10)
             elif name == "tf":
                 cols.append(np.log1p([counts.get(t, 1) for t in doc_terms]) / 3)
             elif name == "length":

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from weir.core import bm25
 from weir.indexer.index_dir import Index
 from weir.core.types import Hit, Query, Run
 
@@ -50,12 +51,12 @@ DIRECTION = {name: 1 for name in ("bm25", "bm25_norm", "title_bm25", "title_cove
                                    "coverage", "idf_coverage", "matched_tf", "min_span", "bigram_match",
                                    "first_score", "first_score_norm", "deepimpact", "deepct", "attention",
                                    "attention_norm")} | {"first_rank": -1}
-K1, B = 0.9, 0.4
+K1, B = bm25.K1, bm25.B
 
 
 def bm25_idf(n_docs: int, df: int) -> float:
-    """Lucene's BM25 idf."""
-    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+    """Lucene's BM25 idf of one term (:func:`weir.core.bm25.idf` over Python floats)."""
+    return bm25.idf(n_docs, df, log=math.log)
 
 
 def bm25_term(tf: float, idf: float, length: float, avg_length: float, k1: float = K1, b: float = B) -> float:
@@ -217,7 +218,7 @@ class FeatureExtractor:
                 continue
             q_terms = self.lucene.analyze(q.text)
             idf = {t: self.lucene.idf(t) for t in set(q_terms)}
-            bm25 = self.lucene.bm25(q.text, [h.doc_id for h in hits])
+            bm25_scores = self.lucene.bm25(q.text, [h.doc_id for h in hits])
             title_lens = [len(docs[h.doc_id][1]) for h in hits]
             avg_title = sum(title_lens) / len(title_lens) if any(title_lens) else 1.0
             X = np.full((len(hits), len(self.names)), np.nan, dtype=np.float32)
@@ -225,7 +226,7 @@ class FeatureExtractor:
                 contents, title = docs[h.doc_id]
                 for name, value in pair_features(q_terms, contents, title, idf, avg_title).items():
                     X[i, col[name]] = value
-                X[i, col["bm25"]] = bm25[h.doc_id]
+                X[i, col["bm25"]] = bm25_scores[h.doc_id]
                 X[i, col["first_score"]] = h.score
                 X[i, col["first_rank"]] = h.rank or i + 1
                 for name in STAGE_SCORES:

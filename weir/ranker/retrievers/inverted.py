@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from weir.core import bm25
+
 from weir.indexer.postings import LENGTH_TABLE, Postings
 from weir.indexer.shards import CollectionStatistics
 from weir.ranker.stage import Retriever
@@ -78,7 +80,7 @@ class BM25Scores(TermScores):
         self.cache = (ONE / (self.k1 * ((ONE - self.b) + self.b * lengths / avgdl))).astype(np.float32)
         df = doc_freqs.astype(np.float64)
         n = float(doc_count)
-        self.idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        self.idf = bm25.idf(n, df).astype(np.float32)
         # the score of every posting at boost 1, computed a block at a time (the temporaries stay small) and in place:
         # x = 1 + freq * cache[norm], then idf - idf / x, the same float operations as Lucene's
         self.unit = np.empty(len(postings.docs), dtype=np.float32)
