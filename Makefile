@@ -8,7 +8,7 @@ STUBS := weir/v1/__init__.py weir/v1/search_pb2.py weir/v1/search_pb2_grpc.py we
 COLLECTION ?= ../shared/collections/beir-scifact
 PORT ?= 50051
 
-.PHONY: install stubs test demo bench clean
+.PHONY: install stubs test test-fast demo bench clean
 
 install: $(STAMP) $(STUBS)
 
@@ -25,10 +25,16 @@ stubs: $(STUBS)
 $(STUBS) &: proto/weir/v1/search.proto $(STAMP)
 	$(PY) -m weir.service.stubs
 
-# the architecture contract (import-linter, configured in pyproject.toml) first: it takes seconds
+# the architecture contract (import-linter, configured in pyproject.toml) first: it takes seconds; then every test,
+# the data tests included (CI: WEIR_REQUIRE_DATA=1 makes them fail instead of skip without ../shared), slowest listed
 test: install
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
+
+# the tier for the minute before a commit: no shared collection, no Ray, no training run, no multi-thousand-call load
+test-fast: install
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q -m "not data and not slow" --durations=10
 
 demo: install
 	COLLECTION="$(COLLECTION)" PORT="$(PORT)" PY="$(PY)" bash scripts/demo.sh
