@@ -187,7 +187,7 @@ def _examples(name: str, split: str, args):
     import hashlib
     import pickle
 
-    from weir.training.common import DataSet
+    from weir.training.common import TrainingSet
     from weir.training.ltr import load_examples
 
     index = args.indexes / name
@@ -197,8 +197,8 @@ def _examples(name: str, split: str, args):
         return pickle.loads(path.read_bytes())
     topics, qrels = SOURCES[name][:2] if split == "train" else ("queries.tsv", "qrels.txt")
     c = COLLECTIONS / name
-    ds = DataSet(str(index), str(c / topics), str(c / qrels), first_stage="hybrid", depth=100,
-                 max_queries=LTR_QUERIES if split == "train" else None)
+    ds = TrainingSet(index=str(index), topics=str(c / topics), qrels=str(c / qrels), first_stage="hybrid",
+                     depth=100, max_queries=LTR_QUERIES if split == "train" else None)
     ex = load_examples(ds, log=lambda m: print(m, flush=True))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps(ex))

@@ -57,7 +57,7 @@ def _curve(train_parts, valid_parts, seed: int, rounds: int) -> np.ndarray:
 
 def _inner_table(sets, folds: int, seed: int, rounds: int) -> np.ndarray:
     """The inner-fold x round table of mean nDCG@10 over the sets (inner folds of every set's queries)."""
-    from weir.training.common import folds_of
+    from weir.evaluation.folds import folds_of
 
     split = [folds_of(sorted(set(ex.qids)), folds, seed + 1 + j) for j, ex in enumerate(sets)]
     return np.array([_curve([ex.select(set(ex.qids) - split[j][k]) for j, ex in enumerate(sets)],
@@ -128,7 +128,7 @@ def test_members_differ_by_seed_share_the_rounds_of_their_mean_curve_and_average
     config = TrainConfig(sets=[], out="", rounds=40, inner_folds=3, seed=5, rounds_rule="best", members=3)
     assert member_seeds(config) == [5, 1005, 2005]
     rounds, value, _ = rounds_by_cv(sets, keep, config, FEATURES)
-    from weir.training.common import folds_of
+    from weir.evaluation.folds import folds_of
 
     def split(s):  # the inner folds of the member of seed s
         return [folds_of(sorted(set(ex.qids)), 3, s + 1 + j) for j, ex in enumerate(sets)]

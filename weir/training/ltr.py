@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,7 +24,8 @@ from weir.ranker.options import PipelineOptions
 from weir.ranker.rerankers.ltr import LTRModel, base_scores, predict_members, query_groups
 from weir.ranker.rerankers.ltr_features import DIRECTION, FEATURES, STAGE_SCORES, FeatureExtractor
 from weir.ranker.stage import apply_scores
-from weir.training.common import DataSet, cross_validate, folds_of, seeds_of_members, split
+from weir.evaluation.folds import folds_of, split
+from weir.training.common import TrainingSet, cross_validate, seeds_of_members
 from weir.core.provenance import model_card, sha256_file
 from weir.core.trec import read_qrels, read_topics
 from weir.core.types import InputError, Query, Run
@@ -36,9 +37,13 @@ DEFAULT_PARAMS = {
 }
 
 
+# the fields of a training set that LTR reads, as its card's training_data records them; it needs an index
+SET_FIELDS = ("index", "topics", "qrels", "candidates", "first_stage", "depth", "max_queries", "stage_runs")
+
+
 @dataclass
 class Examples:
-    """Feature rows of one data set, grouped by query (rows of a query contiguous, in candidate order)."""
+    """Feature rows of one training set, grouped by query (rows of a query contiguous, in candidate order)."""
 
     queries: list[Query]
     run: Run
@@ -64,9 +69,9 @@ class Examples:
         return self.X[idx], self.y[idx], groups
 
 
-def load_examples(ds: DataSet, options: PipelineOptions | None = None,
+def load_examples(ds: TrainingSet, options: PipelineOptions | None = None,
                   log: Callable[[str], None] = print) -> Examples:
-    """Candidates and features of one data set (labels from its qrels)."""
+    """Candidates and features of one training set (labels from its qrels)."""
     from weir.indexer.index_dir import Index
     from weir.ranker import registry
 
@@ -201,7 +206,7 @@ def fit(train_parts: Sequence[tuple[np.ndarray, np.ndarray, list[int]]],
 
 @dataclass
 class TrainConfig:
-    sets: list[DataSet]
+    sets: list[TrainingSet]  # checked against SET_FIELDS
     out: str
     folds: int = 0
     cv_run: str | None = None
@@ -381,6 +386,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     if config.folds == 1 or config.folds < 0:
         raise InputError("--folds must be 0 (no cross-validation) or at least 2")
     member_seeds(config)  # refuses --members below 1 before any feature is computed
+    for ds in config.sets:
+        ds.checked("weir train ltr", needs=("index",), takes=SET_FIELDS)
     started = time.perf_counter()
     data = [load_examples(ds, config.options, log) for ds in config.sets]
     feature_seconds = time.perf_counter() - started
@@ -388,7 +395,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     all_main = set(main.qids)
     card = model_card(
         "ltr", model="LightGBM lambdarank", features=list(FEATURES), dists=("lightgbm",), command=config.command,
-        training_data=[{**asdict(ds), "topics_sha256": sha256_file(ds.topics), "qrels_sha256": sha256_file(ds.qrels),
+        training_data=[{**ds.record(SET_FIELDS), "topics_sha256": sha256_file(ds.topics), "qrels_sha256": sha256_file(ds.qrels),
                         "queries": len(ex.queries), "candidates": len(ex.qids)} for ds, ex in zip(config.sets, data)],
         parameters={**DEFAULT_PARAMS, **_params(config, FEATURES), "rounds": config.rounds,
                     "rounds_by": config.rounds_by, "rounds_rule": config.rounds_rule,

@@ -26,7 +26,7 @@ from typing import Any
 
 from weir.evaluation.measures import evaluate
 from weir.evaluation.significance import equivalence_test, paired, paired_test
-from weir.training.common import folds_of
+from weir.evaluation.folds import folds_of
 from weir.core.provenance import utc_now, versions, write_json
 from weir.core.trec import read_qrels, read_topics
 from weir.core.types import InputError, Query

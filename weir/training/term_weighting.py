@@ -79,7 +79,7 @@ from weir.indexer.weighting.model import (
 from weir.indexer.weighting.terms import counts_query_terms, query_weights, unique_terms
 from weir.indexer.weighting.terms import terms as text_terms
 from weir.evaluation.measures import evaluate
-from weir.training.common import TrainingSource, seeds_of_members
+from weir.training.common import TrainingSet, seeds_of_members
 from weir.training.fusion import interpolation_weight
 from weir.core.provenance import model_card, sha256_file
 from weir.core.trec import read_qrels, read_topics
@@ -122,16 +122,18 @@ class TrainConfig:
     shrink: bool = False  # the members' mean correction shrunk towards the prior by their disagreement
     command: list[str] = field(default_factory=list)
 
-    def sources(self) -> list[tuple[TrainingSource | None, str, float]]:
-        """(judged source or None, collection, weight) of every source, judged first."""
-        out: list[tuple[TrainingSource | None, str, float]] = []
+    def sources(self) -> list[tuple[TrainingSet | None, str, float]]:
+        """(training set, or None for a self-supervised source; collection; weight) of every source, judged first."""
+        out: list[tuple[TrainingSet | None, str, float]] = []
         if self.collection or self.queries or self.qrels:
             if not (self.collection and self.queries and self.qrels):
                 raise InputError("--collection, --queries and --qrels go together (or use --train C:T:Q)")
-            out.append((TrainingSource(self.collection, self.queries, self.qrels), self.collection, 1.0))
+            out.append((TrainingSet(collection=self.collection, topics=self.queries, qrels=self.qrels),
+                        self.collection, 1.0))
         for text in self.train:
-            source = TrainingSource.parse(text)
-            out.append((source, source.collection, source.weight))
+            judged = TrainingSet.parse(text).checked(f"weir train {self.kind}", needs=("collection",),
+                                                     takes=("weight", "min_rel"))
+            out.append((judged, judged.collection, judged.weight))
         for text in self.self_supervised:
             path, _, weight = text.partition(":") if not Path(text).exists() else (text, "", "")
             try:
@@ -257,12 +259,12 @@ def bm25_searcher(collection: Collection, index: str | None, log):
             searcher.close()
 
 
-class Source:
-    """One training source, read: documents, cached term vectors, statistics, the head's inputs and priors by row,
-    training items with their BM25 negatives, and the validation queries with the BM25 run ``deepimpact+bm25``
-    fuses."""
+class WeightingData:
+    """One source of a head's training, read: a training set (``judged``) or a self-supervised collection; its
+    documents, cached term vectors, statistics, the head's inputs and priors by row, training items with their BM25
+    negatives, and the validation queries with the BM25 run ``deepimpact+bm25`` fuses."""
 
-    def __init__(self, judged: TrainingSource | None, collection: str, weight: float, config: TrainConfig,
+    def __init__(self, judged: TrainingSet | None, collection: str, weight: float, config: TrainConfig,
                  backbone: Backbone, log, bm25_index: str | None = None):
         self.judged, self.weight = judged, weight
         self.coll = Collection.open(collection)
@@ -387,7 +389,7 @@ class Source:
 class Training:
     """The head, its optimizer, the sources, and the best epoch so far (by mean validation nDCG@10)."""
 
-    def __init__(self, config: TrainConfig, sources: list[Source], dim: int, log, seed: int | None = None,
+    def __init__(self, config: TrainConfig, sources: list[WeightingData], dim: int, log, seed: int | None = None,
                  head=None):
         """A new head to train, or ``head`` (already trained: to validate, no optimizer)."""
         import torch
@@ -423,7 +425,7 @@ class Training:
 
     def validation_weights(self) -> list[float]:
         """How much each source's validation nDCG@10 counts in the mean that chooses the epoch and the fusion weight:
-        its share (:meth:`Source.share`). With ``queries`` draws, a self-supervised source's counts only when no source
+        its share (:meth:`WeightingData.share`). With ``queries`` draws, a self-supervised source's counts only when no source
         is judged: its pseudo-queries are too easy to choose by (they validate at about 0.98 from the untrained head
         on), and they would outweigh the judged queries. ``sources`` draws keep the earlier recipe (each source by its
         weight). ``validate_by="sets"``: every judged source by its weight alone (self-supervised ones as above)."""
@@ -457,7 +459,7 @@ class Training:
             self.best, self.best_state = mean, {k: v.clone() for k, v in self.head.state_dict().items()}
 
 
-def _scores(t: Training, s: Source, groups: list[list[tuple]]):
+def _scores(t: Training, s: WeightingData, groups: list[list[tuple]]):
     """The score of every document of every group (rows x weights summed per document; DeepCT: BM25 of the
     pseudo-document), shape (groups, group size)."""
     import torch
@@ -627,7 +629,7 @@ def train(config: TrainConfig, log=print) -> dict:
     torch.manual_seed(config.seed)
     start = time.perf_counter()
     backbone = Backbone(config.base_model, device=config.device, max_length=config.max_length)
-    sources = [Source(judged, coll, weight, config, backbone, log,
+    sources = [WeightingData(judged, coll, weight, config, backbone, log,
                       config.bm25_index if len(specs) == 1 else None) for judged, coll, weight in specs]
     read = time.perf_counter()
     members = []
@@ -688,7 +690,7 @@ def _members(config: TrainConfig, members: list[Training], dim: int, log) -> Tra
 SHRINK_ROWS = 100_000  # term rows per training collection that estimate the shrinkage prior (tau2)
 
 
-def _member_logs(head, s: Source, rng) -> np.ndarray:
+def _member_logs(head, s: WeightingData, rng) -> np.ndarray:
     """(members, rows) the members' log-factors of a seeded sample of ``s``'s term rows."""
     import torch
 
@@ -708,7 +710,7 @@ def _member_card(config: TrainConfig, t: Training) -> dict:
     return out
 
 
-def _card(config: TrainConfig, sources: list[Source], t: Training, backbone: Backbone, read_seconds: float,
+def _card(config: TrainConfig, sources: list[WeightingData], t: Training, backbone: Backbone, read_seconds: float,
           train_seconds: float) -> dict:
     data = []
     for s in sources:
