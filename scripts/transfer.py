@@ -216,7 +216,7 @@ def ltr_sweep(args) -> None:
     from weir.evaluation.significance import paired, paired_test
     from weir.ranker.rerankers.ltr_features import FEATURES
     from weir.ranker.stage import apply_scores
-    from weir.training.ltr import TrainConfig, _fit_on, _init_col, _score, rounds_note
+    from weir.training.ltr import TrainConfig, fit_on, init_column, rounds_note, score_boosters
     from weir.core.trec import read_qrels
 
     train = {n: _examples(n, "train", args) for n in args.collections}
@@ -231,10 +231,10 @@ def ltr_sweep(args) -> None:
                 [("beir-scifact", list(args.collections))] if "beir-scifact" in args.collections else []):
             config = TrainConfig(sets=[], out="", rounds=300, **fields)
             data = [train[n] for n in trained_on]
-            boosters, info = _fit_on(data, set(data[0].qids), config, FEATURES)
+            boosters, info = fit_on(data, set(data[0].qids), config, FEATURES)
             ex = test[held]
             keep = set(ex.qids)
-            scores = _score(boosters, ex, keep, _init_col(config, FEATURES), rounds=info.get("rounds"))
+            scores = score_boosters(boosters, ex, keep, init_column(config, FEATURES), rounds=info.get("rounds"))
             queries = [q for q in ex.queries if q.id in keep]
             ltr = apply_scores(queries, ex.run, 100, scores, "ltr")
             hybrid = ex.run
