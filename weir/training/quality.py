@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -263,3 +263,12 @@ def train(config: QualityTrainConfig, log: Callable[[str], None] = print) -> dic
         log(f"{collection}: validation queries' relevant documents kept at pruned fraction "
             + ", ".join(f"{f}: {v:.3f} (random {1 - float(f):.2f})" for f, v in table.items()))
     return card
+
+
+def fit(estimator: str, *, collection: str, topics: str, qrels: str, out: str, options: dict | None = None,
+        device: str | None = None, command: Sequence[str] = (), log: Callable[[str], None] = print) -> dict:
+    """Train ``estimator`` on the judgments ``topics`` / ``qrels`` over ``collection`` alone, with ``options`` (fields
+    of :class:`QualityTrainConfig`), into the model directory ``out``; its card. What the pruning sweep's
+    cross-fitting trains for each fold (:class:`weir.evaluation.pruning.TrainEstimator`)."""
+    return train(QualityTrainConfig(estimator=estimator, train=[f"{collection}:{topics}:{qrels}"], out=out,
+                                    device=device, command=list(command), **(options or {})), log=log)
