@@ -61,6 +61,7 @@ class TrainingSet:
 
     @classmethod
     def _parse_pairs(cls, text: str) -> TrainingSet:
+        """The ``key=value,...`` spelling: every key a field, ``topics`` and ``qrels`` given."""
         values: dict = {}
         for part in text.split(","):
             key, sep, value = part.partition("=")

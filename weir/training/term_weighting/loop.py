@@ -81,6 +81,13 @@ class Training:
         return per_source, float(np.average([m["nDCG@10"] for m in per_source.values()],
                                             weights=self.validation_weights()))
 
+    def step(self, loss) -> float:
+        """One optimizer step down ``loss``; its value."""
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return loss.item()
+
     def end_epoch(self, epoch: int, loss: float | None, digits: int) -> None:
         per_source, mean = self.validate()
         self.history.append({"epoch": epoch, "loss": loss, "nDCG@10": mean, "sources": per_source})
@@ -179,10 +186,7 @@ def train_ranking(t: Training) -> None:
                 losses.append(torch.nn.functional.cross_entropy(scores, torch.zeros(len(groups), dtype=torch.long),
                                                                 reduction="sum"))
             loss = torch.stack(losses).sum() / sum(len(g) for g in by_source.values())
-            t.opt.zero_grad()
-            loss.backward()
-            t.opt.step()
-            total, steps = total + loss.item(), steps + 1
+            total, steps = total + t.step(loss), steps + 1
             bar.set_postfix(loss=f"{total / steps:.4f}")
         bar.close()
         t.end_epoch(epoch, total / max(1, steps), 4)
@@ -217,10 +221,7 @@ def train_deepct_recall(t: Training) -> None:
             pred = torch.cat([t.head(s.x(rows)).squeeze(-1) for s, rows, _ in pick])
             y = torch.from_numpy(np.concatenate([y for _, _, y in pick]))
             loss = torch.nn.functional.mse_loss(pred, y)
-            t.opt.zero_grad()
-            loss.backward()
-            t.opt.step()
-            total, steps = total + loss.item(), steps + 1
+            total, steps = total + t.step(loss), steps + 1
             bar.set_postfix(loss=f"{total / steps:.5f}")
         bar.close()
         t.end_epoch(epoch, total / max(1, steps), 5)
