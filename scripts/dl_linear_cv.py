@@ -25,7 +25,8 @@ from weir.evaluation.measures import evaluate
 from weir.ranker.rerankers.ltr import base_scores, query_groups
 from weir.ranker.rerankers.ltr_features import FEATURES
 from weir.ranker.stage import apply_scores
-from weir.training.common import DataSet, folds_of
+from weir.evaluation.folds import folds_of
+from weir.training.common import TrainingSet
 from weir.training.ltr import load_examples
 from weir.core.trec import read_qrels
 from weir.core.types import Run
@@ -35,9 +36,9 @@ GRID = (0, 0.05, 0.1, 0.2, 0.3, 0.5)
 
 
 def main() -> None:
-    ds = DataSet(index=str(ROOT / "indexes" / "msmarco-passage-trec-dl-pool"), topics=str(D / "queries.tsv"),
-                 qrels=str(D / "qrels.txt"), candidates=str(D / "runs" / "BM25_dl19.top100.trec"), depth=100,
-                 stage_runs=f"attention:{ROOT / 'runs' / 'late' / 'cv1.trec'}")
+    ds = TrainingSet(index=str(ROOT / "indexes" / "msmarco-passage-trec-dl-pool"), topics=str(D / "queries.tsv"),
+                     qrels=str(D / "qrels.txt"), candidates=str(D / "runs" / "BM25_dl19.top100.trec"), depth=100,
+                     stage_runs=f"attention:{ROOT / 'runs' / 'late' / 'cv1.trec'}")
     ex = load_examples(ds, log=lambda m: print(m, file=sys.stderr))
     qrels = read_qrels(ds.qrels)
     qids = np.asarray(ex.qids)

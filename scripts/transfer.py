@@ -187,7 +187,7 @@ def _examples(name: str, split: str, args):
     import hashlib
     import pickle
 
-    from weir.training.common import DataSet
+    from weir.training.common import TrainingSet
     from weir.training.ltr import load_examples
 
     index = args.indexes / name
@@ -197,8 +197,8 @@ def _examples(name: str, split: str, args):
         return pickle.loads(path.read_bytes())
     topics, qrels = SOURCES[name][:2] if split == "train" else ("queries.tsv", "qrels.txt")
     c = COLLECTIONS / name
-    ds = DataSet(str(index), str(c / topics), str(c / qrels), first_stage="hybrid", depth=100,
-                 max_queries=LTR_QUERIES if split == "train" else None)
+    ds = TrainingSet(index=str(index), topics=str(c / topics), qrels=str(c / qrels), first_stage="hybrid",
+                     depth=100, max_queries=LTR_QUERIES if split == "train" else None)
     ex = load_examples(ds, log=lambda m: print(m, flush=True))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps(ex))
@@ -216,7 +216,7 @@ def ltr_sweep(args) -> None:
     from weir.evaluation.significance import paired, paired_test
     from weir.ranker.rerankers.ltr_features import FEATURES
     from weir.ranker.stage import apply_scores
-    from weir.training.ltr import TrainConfig, _fit_on, _init_col, _score, rounds_note
+    from weir.training.ltr import TrainConfig, fit_on, init_column, rounds_note, score_boosters
     from weir.core.trec import read_qrels
 
     train = {n: _examples(n, "train", args) for n in args.collections}
@@ -231,10 +231,10 @@ def ltr_sweep(args) -> None:
                 [("beir-scifact", list(args.collections))] if "beir-scifact" in args.collections else []):
             config = TrainConfig(sets=[], out="", rounds=300, **fields)
             data = [train[n] for n in trained_on]
-            boosters, info = _fit_on(data, set(data[0].qids), config, FEATURES)
+            boosters, info = fit_on(data, set(data[0].qids), config, FEATURES)
             ex = test[held]
             keep = set(ex.qids)
-            scores = _score(boosters, ex, keep, _init_col(config, FEATURES), rounds=info.get("rounds"))
+            scores = score_boosters(boosters, ex, keep, init_column(config, FEATURES), rounds=info.get("rounds"))
             queries = [q for q in ex.queries if q.id in keep]
             ltr = apply_scores(queries, ex.run, 100, scores, "ltr")
             hybrid = ex.run

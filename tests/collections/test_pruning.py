@@ -1,10 +1,12 @@
 """Static pruning on SciFact: the shipped learned estimator (trained on SciFact train only) prunes a quarter of the
 corpus and BM25 on the test topics keeps close to the unpruned 0.6789, significantly above random pruning of the same
-quarter; the pruning sweep writes its tables and plot over real indexes."""
+quarter; the pruning sweep writes its tables and plot over real indexes, and cross-fits a trained estimator with the
+trainer it is given."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -41,7 +43,7 @@ def test_learned_pruning_of_a_quarter_of_scifact_beats_random_pruning(index_fact
 
 def test_the_sweep_writes_tables_plot_and_equivalence(tmp_path):
     """A small real sweep (ADI, BM25 only): rows per estimator and fraction, the tests, the plot, reused indexes."""
-    from weir.training.pruning import SweepConfig, sweep
+    from weir.evaluation.pruning import SweepConfig, sweep
 
     adi = collection("adi")
     config = SweepConfig(collection=str(adi), topics=str(adi / "queries.tsv"), qrels=str(adi / "qrels.txt"),
@@ -58,3 +60,33 @@ def test_the_sweep_writes_tables_plot_and_equivalence(tmp_path):
     assert (tmp_path / "sweep.png").stat().st_size > 10_000 and "| length | 50% |" in (tmp_path / "sweep.md").read_text()
     again = sweep(config, log=lambda _: None)  # the indexes are reused, the figures the same
     assert json.dumps(again["rows"][2]["stats"]["bm25"]) == json.dumps(stats)
+
+
+def test_cross_fitting_trains_each_fold_on_the_other_folds_judgments_alone(tmp_path):
+    """`weir quality sweep --cross-fit 2` (ADI, BM25 only): the trainer it is given (weir.training.quality.fit) is
+    called once per fold with the judgments of the other fold only, and every judged query is answered once."""
+    from weir.evaluation.pruning import SweepConfig, sweep
+    from weir.training.quality import fit
+
+    adi = collection("adi")
+    calls = []
+
+    def train_estimator(estimator, **settings):
+        calls.append((estimator, settings))
+        return fit(estimator, **settings)
+
+    config = SweepConfig(collection=str(adi), topics=str(adi / "queries.tsv"), qrels=str(adi / "qrels.txt"),
+                         out=str(tmp_path), estimators=["surface", "random"], fractions=[0.25], components=["bm25"],
+                         pipelines=["bm25"], cross_fit=2, train_options={"rounds": 30})
+    record = sweep(config, log=lambda _: None, train_estimator=train_estimator)
+    folds = [set(f) for f in record["folds"]]
+    judged = set().union(*folds)
+    assert [estimator for estimator, _ in calls] == ["surface", "surface"]
+    for k, (_, settings) in enumerate(calls):
+        topics = {line.split("\t")[0] for line in Path(settings["topics"]).read_text().splitlines()}
+        qrels = {line.split()[0] for line in Path(settings["qrels"]).read_text().splitlines()}
+        assert topics == qrels == judged - folds[k]
+        assert settings["options"] == {"min_rel": 1, "rounds": 30} and Path(settings["out"]).name == "surface"
+        assert (Path(settings["out"]) / "card.json").is_file()
+    surface = next(r for r in record["rows"] if r["estimator"] == "surface")
+    assert "cross-fitted, 2 folds" in surface["spec"] and set(surface["per_query"]["bm25"]) == judged

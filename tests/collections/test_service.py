@@ -111,13 +111,14 @@ def test_concurrent_callers_of_ltr_over_attention_get_sequential_answers(attenti
 def members_ltr_server(index_factory, tmp_path_factory):
     """A server whose ``ltr`` is a model of 3 members (`weir train ltr --members 3`), trained here on ADI."""
     from weir.ranker.rerankers.ltr import LTRModel
-    from weir.training.common import DataSet
+    from weir.training.common import TrainingSet
     from weir.training.ltr import TrainConfig, train
 
     index = index_factory("adi", "bm25,dense")
     out = tmp_path_factory.mktemp("ltr-members") / "ltr"
     adi = collection("adi")
-    train(TrainConfig(sets=[DataSet(str(index), str(adi / "queries.tsv"), str(adi / "qrels.txt"), depth=20)],
+    train(TrainConfig(sets=[TrainingSet(index=str(index), topics=str(adi / "queries.tsv"), qrels=str(adi / "qrels.txt"),
+                                        depth=20)],
                       out=str(out), rounds=60, members=3, rounds_rule="best", init_from="first_score_norm",
                       params={"num_leaves": 7, "min_data_in_leaf": 50}), log=lambda m: None)
     assert len(LTRModel.load(out).boosters) == 3

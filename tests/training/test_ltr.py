@@ -14,7 +14,7 @@ def test_stage_run_scores_become_features(tiny_index, tmp_path):
     """An earlier stage's scores from a run file (e.g. a cross-validated attention run) fill the ``attention``
     features; a candidate missing from that run gets NaN."""
     from weir.ranker.rerankers.ltr_features import FeatureExtractor
-    from weir.training.ltr import attach_stage_scores
+    from weir.training.ltr.examples import attach_stage_scores
 
     Run({"q": [Hit("d1", 2.5, 1), Hit("d3", -1.5, 2)]}).write_trec(tmp_path / "attention.trec")
     run = Run({"q": [Hit("d3", 5.0, 1), Hit("d1", 3.0, 2), Hit("d2", 1.0, 3)]})
@@ -29,7 +29,7 @@ def test_stage_run_scores_become_features(tiny_index, tmp_path):
 
 
 def _examples(seed: int, n_q: int, per: int = 20, prefix: str = "q"):
-    from weir.training.ltr import Examples
+    from weir.training.ltr.examples import Examples
 
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n_q * per, len(FEATURES))).astype(np.float32)
@@ -43,7 +43,7 @@ def _curve(train_parts, valid_parts, seed: int, rounds: int) -> np.ndarray:
     here with LightGBM directly."""
     import lightgbm as lgb
 
-    from weir.training.ltr import DEFAULT_PARAMS
+    from weir.training.ltr.boosting import DEFAULT_PARAMS
 
     dtrain = lgb.Dataset(np.concatenate([p[0] for p in train_parts]), np.concatenate([p[1] for p in train_parts]),
                          group=[g for p in train_parts for g in p[2]], feature_name=list(FEATURES))
@@ -57,7 +57,7 @@ def _curve(train_parts, valid_parts, seed: int, rounds: int) -> np.ndarray:
 
 def _inner_table(sets, folds: int, seed: int, rounds: int) -> np.ndarray:
     """The inner-fold x round table of mean nDCG@10 over the sets (inner folds of every set's queries)."""
-    from weir.training.common import folds_of
+    from weir.evaluation.folds import folds_of
 
     split = [folds_of(sorted(set(ex.qids)), folds, seed + 1 + j) for j, ex in enumerate(sets)]
     return np.array([_curve([ex.select(set(ex.qids) - split[j][k]) for j, ex in enumerate(sets)],
@@ -70,7 +70,9 @@ def test_rounds_chosen_by_inner_cross_validation(rule):
     """--rounds-by cv: every set is split into inner folds, each fold scored on every set (the sets counting equally);
     ``best`` takes the rounds of the best mean curve, ``1se`` the fewest rounds within one standard error (over the
     folds) of it, ``1se-paired`` the fewest whose fold-by-fold shortfall is within its own standard error; the final model is trained on every training query with that many rounds."""
-    from weir.training.ltr import TrainConfig, _fit_on, rounds_by_cv
+    from weir.training.ltr import TrainConfig
+    from weir.training.ltr.rounds import rounds_by_cv
+    from weir.training.ltr.trainer import fit_on
 
     sets = [_examples(3, 24), _examples(4, 9, prefix="small")]
     config = TrainConfig(sets=[], out="", rounds=40, inner_folds=3, seed=5, rounds_rule=rule)
@@ -87,7 +89,7 @@ def test_rounds_chosen_by_inner_cross_validation(rule):
     assert rounds == expected + 1 and value == pytest.approx(mean[expected])
     reported = paired_se[expected] if rule == "1se-paired" else se
     assert detail["best_rounds"] == best + 1 and detail["standard_error"] == pytest.approx(reported, abs=1e-4)
-    (booster,), info = _fit_on(sets, keep, config, FEATURES)
+    (booster,), info = fit_on(sets, keep, config, FEATURES)
     assert booster.current_iteration() == rounds and info["best_iteration"] == rounds
 
 
@@ -95,7 +97,9 @@ def test_rounds_chosen_by_leaving_one_training_set_out():
     """--inner-by sets: each inner fold is one whole training set, scored by a model of the other sets (every query of
     theirs, the first set's ``keep`` only); the rounds are those whose mean over the held-out sets is best. Fewer
     than 3 sets are refused with the reason."""
-    from weir.training.ltr import TrainConfig, _fit_on, rounds_by_cv
+    from weir.training.ltr import TrainConfig
+    from weir.training.ltr.rounds import rounds_by_cv
+    from weir.training.ltr.trainer import fit_on
 
     sets = [_examples(3, 24), _examples(4, 9, prefix="small"), _examples(5, 15, prefix="mid")]
     keep = set(sets[0].qids) - {"q0", "q1"}
@@ -107,7 +111,7 @@ def test_rounds_chosen_by_leaving_one_training_set_out():
     mean = np.mean(rows, axis=0)
     assert rounds == int(np.argmax(mean)) + 1 and value == pytest.approx(mean.max())
     assert detail["inner_by"] == "sets" and detail["folds_scored"] == 3
-    (booster,), info = _fit_on(sets, keep, config, FEATURES)
+    (booster,), info = fit_on(sets, keep, config, FEATURES)
     assert booster.current_iteration() == rounds and info["inner_by"] == "sets" and info["inner_folds"] == 3
     with pytest.raises(Exception, match="at least 3 sets"):
         rounds_by_cv(sets[:2], keep, config, FEATURES)
@@ -121,14 +125,17 @@ def test_members_differ_by_seed_share_the_rounds_of_their_mean_curve_and_average
     rounds are trained, saved as model.txt, model.1.txt, model.2.txt, and the loaded model scores the mean of the
     three. One member is the model of before."""
     from weir.ranker.rerankers.ltr import LTRModel
-    from weir.training.ltr import TrainConfig, _fit_on, member_seeds, rounds_by_cv
+    from weir.training.ltr import TrainConfig
+    from weir.training.ltr.config import member_seeds
+    from weir.training.ltr.rounds import rounds_by_cv
+    from weir.training.ltr.trainer import fit_on
 
     sets = [_examples(3, 24), _examples(4, 9, prefix="small")]
     keep = set(sets[0].qids)
     config = TrainConfig(sets=[], out="", rounds=40, inner_folds=3, seed=5, rounds_rule="best", members=3)
     assert member_seeds(config) == [5, 1005, 2005]
     rounds, value, _ = rounds_by_cv(sets, keep, config, FEATURES)
-    from weir.training.common import folds_of
+    from weir.evaluation.folds import folds_of
 
     def split(s):  # the inner folds of the member of seed s
         return [folds_of(sorted(set(ex.qids)), 3, s + 1 + j) for j, ex in enumerate(sets)]
@@ -138,7 +145,7 @@ def test_members_differ_by_seed_share_the_rounds_of_their_mean_curve_and_average
                                for s in (5, 1005, 2005)], axis=0) for k in range(3)])
     mean = table.mean(axis=0)
     assert rounds == int(np.argmax(mean)) + 1 and value == pytest.approx(mean.max())
-    boosters, info = _fit_on(sets, keep, config, FEATURES)
+    boosters, info = fit_on(sets, keep, config, FEATURES)
     assert len(boosters) == 3 and info["members"] == 3 and {b.current_iteration() for b in boosters} == {rounds}
     X = sets[0].X[:40]
     alone = [b.predict(X) for b in boosters]
@@ -158,7 +165,8 @@ def test_members_differ_by_seed_share_the_rounds_of_their_mean_curve_and_average
 def test_one_standard_error_rule_keeps_a_strong_init_feature_alone():
     """Boosting from a feature that already ranks by the labels' source, trees gain less than the folds' noise: the
     one-standard-error rule keeps 0 rounds (the feature alone), where ``best`` takes trees."""
-    from weir.training.ltr import TrainConfig, rounds_by_cv
+    from weir.training.ltr import TrainConfig
+    from weir.training.ltr.rounds import rounds_by_cv
 
     ex = _examples(7, 30)
     ex.X[:, FEATURES.index("first_score_norm")] = ex.X[:, 0]
@@ -175,7 +183,7 @@ def test_our_ndcg_is_lightgbms():
     """The round-0 figure (an init feature alone) is computed as LightGBM computes its validation nDCG@10."""
     import lightgbm as lgb
 
-    from weir.training.ltr import ndcg_at_10
+    from weir.training.ltr.boosting import ndcg_at_10
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 3))
@@ -195,7 +203,11 @@ def test_no_tree_beats_a_strong_init_feature_then_the_model_is_that_feature(tmp_
     """Labels that follow one feature exactly and noise elsewhere: boosting from that feature, inner CV keeps 0
     rounds, and the saved model ranks exactly by the feature; monotone constraints reach LightGBM."""
     from weir.ranker.rerankers.ltr import LTRModel
-    from weir.training.ltr import Examples, TrainConfig, _fit_on, _params, monotone_constraints
+    from weir.training.ltr import TrainConfig
+    from weir.training.ltr.boosting import monotone_constraints
+    from weir.training.ltr.config import booster_params
+    from weir.training.ltr.examples import Examples
+    from weir.training.ltr.trainer import fit_on
 
     rng = np.random.default_rng(1)
     n_q, per = 20, 15
@@ -208,9 +220,9 @@ def test_no_tree_beats_a_strong_init_feature_then_the_model_is_that_feature(tmp_
     qids = [f"q{i // per}" for i in range(len(X))]
     ex = Examples([Query(f"q{i}", "") for i in range(n_q)], Run(), X, y, qids)
     config = TrainConfig(sets=[], out="", rounds=30, inner_folds=3, seed=2, init_from="dense_cos", monotone=True)
-    assert _params(config, FEATURES)["monotone_constraints"] == monotone_constraints(FEATURES)
+    assert booster_params(config, FEATURES)["monotone_constraints"] == monotone_constraints(FEATURES)
     assert monotone_constraints(FEATURES)[FEATURES.index("first_rank")] == -1
-    (booster,), info = _fit_on([ex], set(qids), config, FEATURES)
+    (booster,), info = fit_on([ex], set(qids), config, FEATURES)
     assert info["rounds"] == 0 and info["inner_cv_ndcg@10"] == pytest.approx(1.0)
     LTRModel(booster, FEATURES, {}, init_from="dense_cos", rounds=0).save(tmp_path / "m")
     model = LTRModel.load(tmp_path / "m")

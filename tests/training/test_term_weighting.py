@@ -64,7 +64,9 @@ def test_members_differ_in_their_seed_only_and_the_first_is_the_one_member_head(
 
 
 def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_path, monkeypatch):
-    from weir.training.term_weighting import Source, TrainConfig, Training
+    from weir.training.term_weighting import TrainConfig
+    from weir.training.term_weighting.data import WeightingData
+    from weir.training.term_weighting.loop import Training
     from weir.indexer.weighting.model import Backbone
 
     monkeypatch.setenv("WEIR_CACHE", str(tmp_path / "cache"))
@@ -75,7 +77,7 @@ def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_pa
     specs = config.sources()
     assert [(s is None, w) for s, _, w in specs] == [(False, 3.0), (False, 1.0), (True, 1.0)]
     backbone = Backbone(max_length=32)
-    sources = [Source(j, c, w, config, backbone, lambda m: None) for j, c, w in specs]
+    sources = [WeightingData(j, c, w, config, backbone, lambda m: None) for j, c, w in specs]
     sizes = [len(s.items) for s in sources]
     assert sizes[0] == sizes[1] != sizes[2]  # the pseudo-queries are a source of another size
     for draws, expected in (("sources", [3, 1, 1]), ("queries", [3 * sizes[0], sizes[1], sizes[2]])):
@@ -99,7 +101,7 @@ def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_pa
 
 
 def test_pseudo_queries_are_deterministic_and_leave_their_words_out():
-    from weir.training.term_weighting import pseudo_items
+    from weir.training.term_weighting.data import pseudo_items
 
     docs = [Document("a", "Statins and the heart", "Statins lower cholesterol in adults. They also reduce the risk "
                      "of stroke in older patients. Side effects include muscle pain."),

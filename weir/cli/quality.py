@@ -27,8 +27,9 @@ def cmd_score(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from weir.training.pruning import SweepConfig, sweep
     from weir.cli.options import fractions, key_values
+    from weir.evaluation.pruning import SweepConfig, sweep
+    from weir.training.quality import fit
 
     config = SweepConfig(collection=args.collection, topics=args.topics, qrels=args.qrels, out=args.out,
                          estimators=[e.strip() for e in args.estimators.split(",") if e.strip()],
@@ -42,7 +43,7 @@ def cmd_sweep(args) -> int:
                          skip_empty=args.skip_empty,
                          seed=args.seed, device=args.device,
                          command=["weir"] + args.argv)
-    record = sweep(config, log=lambda m: print(m, file=sys.stderr))
+    record = sweep(config, log=lambda m: print(m, file=sys.stderr), train_estimator=fit)
     for estimator, by_pipeline in record["largest_equivalent_fraction"].items():
         print(f"{estimator}: largest fraction equivalent to the unpruned index: "
               + ", ".join(f"{p} {f:.0%}" for p, f in by_pipeline.items()))

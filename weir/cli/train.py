@@ -27,13 +27,13 @@ def cmd_term_weighting(args) -> int:
 
 
 def cmd_ltr(args) -> int:
-    from weir.training.common import DataSet
+    from weir.training.common import TrainingSet
     from weir.training.ltr import TrainConfig, rounds_note, train
 
-    main = DataSet(index=args.index, topics=args.topics, qrels=args.qrels, candidates=args.candidates,
-                   first_stage=args.first_stage, depth=args.train_depth, max_queries=args.max_queries,
-                   stage_runs=";".join(args.stage_run or []) or None)
-    sets = [main] + [DataSet.parse(text) for text in args.also or []]
+    main = TrainingSet(index=args.index, topics=args.topics, qrels=args.qrels, candidates=args.candidates,
+                       first_stage=args.first_stage, depth=args.train_depth, max_queries=args.max_queries,
+                       stage_runs=";".join(args.stage_run or []) or None)
+    sets = [main] + [TrainingSet.parse(text) for text in args.also or []]
     params = {key: getattr(args, key) for key in ("learning_rate", "num_leaves", "min_data_in_leaf")
               if getattr(args, key) is not None}
     from weir.cli.options import key_values

@@ -31,7 +31,7 @@ from weir.ranker.rerankers.backbone import NA_QUERY, QUERY_MAX_TOKENS, load_back
 from weir.ranker.rerankers.relevance_attention import RelevanceAttention, pad_states, token_states
 from weir.ranker.stage import apply_scores
 from weir.training.attention import AttnTrainConfig, TrainingInputs
-from weir.training.common import DataSet, fit_and_write
+from weir.training.common import TrainingSet, fit_and_write
 from weir.core.trec import read_qrels, read_topics
 from weir.core.types import InputError, Query, Run
 
@@ -230,9 +230,8 @@ def _extra_sets(config, cands, texts, by_id, gains, log) -> set[str]:
 
     ids: set[str] = set()
     for j, text in enumerate(config.also or [], start=1):
-        ds = DataSet.parse(text)
-        if not ds.candidates:
-            raise InputError(f"--also {text!r}: the attention trainer needs candidates=RUN")
+        ds = TrainingSet.parse(text).checked("weir train attention --also", needs=("index", "candidates"),
+                                              takes=("depth",))
         qrels = read_qrels(ds.qrels)
         queries = [q for q in read_topics(ds.topics) if q.id in qrels]
         run = Run.read_trec(ds.candidates).truncated(ds.depth)

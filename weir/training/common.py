@@ -1,6 +1,7 @@
-"""What the trainers share: a training set described on the command line, query splits and folds, and
-cross-validation over queries (each fold scored by a model fitted on the other folds only, the folds' runs joined
-into one run and evaluated against the first stage's)."""
+"""What the trainers share: a training set (:class:`TrainingSet`, the one type of a set of training judgments given on
+the command line), the seeds of a model's members, and cross-validation over queries (each fold scored by a model
+fitted on the other folds only, the folds' runs joined into one run and evaluated against the first stage's; the
+folds themselves are :mod:`weir.evaluation.folds`)."""
 
 from __future__ import annotations
 
@@ -8,30 +9,59 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from weir.evaluation.folds import folds_of
 from weir.evaluation.measures import evaluate
 from weir.core.provenance import write_card
 from weir.core.types import InputError, Run
 
 
-@dataclass
-class DataSet:
-    """One source of training queries: an index, topics and qrels, and candidates from a run file or a first stage."""
+@dataclass(frozen=True, kw_only=True)
+class TrainingSet:
+    """One set of training judgments, as given on the command line: topics and qrels, with where their documents are
+    (a ``collection``, or an ``index`` of it) and how a trainer takes them. Each trainer reads the fields it
+    :meth:`needs <checked>`:
 
-    index: str
+    - term weighting and quality (``--train``): ``collection``, ``weight`` (the set's share among several, default 1)
+      and ``min_rel`` (the grade counted relevant in these qrels; default: the trainer's ``--min-rel``);
+    - LTR (``--also``; the first set from its own flags) and the attention reranker (``--also``): ``index``, and the
+      candidates: a TREC run (``candidates``) or a ``first_stage`` pipeline over the index, top ``depth`` each;
+      ``max_queries`` (a seeded sample) and ``stage_runs`` (``NAME:RUN[;NAME:RUN]``: earlier stages' scores of the
+      candidates, LTR's stage features).
+
+    Two spellings (:meth:`parse`): ``COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]`` and ``key=value,...``."""
+
+    collection: str | None = None
+    index: str | None = None
     topics: str
     qrels: str
+    weight: float = 1.0
+    min_rel: int | None = None
     candidates: str | None = None
     first_stage: str = "hybrid"
     depth: int = 100
     max_queries: int | None = None
-    stage_runs: str | None = None  # "NAME:RUN[;NAME:RUN]": earlier stages' scores of the candidates (stage features)
+    stage_runs: str | None = None
 
     @classmethod
-    def parse(cls, text: str) -> DataSet:
-        """``index=DIR,topics=FILE,qrels=FILE[,candidates=RUN][,first_stage=NAME][,depth=N][,max_queries=N]
-        [,stage_runs=NAME:RUN[;NAME:RUN]]``."""
+    def parse(cls, text: str) -> TrainingSet:
+        """``COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]`` (its three files must exist), or ``key=value`` pairs
+        separated by commas with keys among the fields (``index=DIR,topics=FILE,qrels=FILE,candidates=RUN``...)."""
+        if text.partition("=")[0].strip() in cls.__dataclass_fields__:
+            return cls._parse_pairs(text)
+        parts = text.split(":")
+        if not 3 <= len(parts) <= 5 or not all(p.strip() for p in parts):
+            raise InputError(f"training set {text!r}: expected COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]] or "
+                             f"key=value pairs with keys {', '.join(cls.__dataclass_fields__)}")
+        for p in parts[:3]:
+            if not Path(p).exists():
+                raise InputError(f"training set {text!r}: {p} does not exist")
+        collection, topics, qrels = (p.strip() for p in parts[:3])
+        return cls._typed(text, {"collection": collection, "topics": topics, "qrels": qrels,
+                                 **dict(zip(("weight", "min_rel"), parts[3:]))})
+
+    @classmethod
+    def _parse_pairs(cls, text: str) -> TrainingSet:
+        """The ``key=value,...`` spelling: every key a field, ``topics`` and ``qrels`` given."""
         values: dict = {}
         for part in text.split(","):
             key, sep, value = part.partition("=")
@@ -39,43 +69,41 @@ class DataSet:
                 raise InputError(f"bad training set {text!r}: expected key=value pairs with keys "
                                  f"{', '.join(cls.__dataclass_fields__)}")
             values[key.strip()] = value.strip()
-        for key in ("depth", "max_queries"):
-            if key in values:
-                values[key] = int(values[key])
-        missing = [k for k in ("index", "topics", "qrels") if k not in values]
+        missing = [k for k in ("topics", "qrels") if k not in values]
         if missing:
             raise InputError(f"training set {text!r} lacks {', '.join(missing)}")
-        return cls(**values)
-
-
-@dataclass(frozen=True)
-class TrainingSource:
-    """Training judgments over one collection: ``COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]`` on the command line. A
-    trainer that takes several weighs each by ``WEIGHT`` (default 1); ``MIN_REL`` is the grade counted relevant in
-    these qrels (default: the trainer's, 1 unless told; 2 for TREC DL's graded judgments)."""
-
-    collection: str
-    topics: str
-    qrels: str
-    weight: float = 1.0
-    min_rel: int | None = None
+        return cls._typed(text, values)
 
     @classmethod
-    def parse(cls, text: str) -> TrainingSource:
-        parts = text.split(":")
-        if not 3 <= len(parts) <= 5 or not all(p.strip() for p in parts):
-            raise InputError(f"training set {text!r}: expected COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]")
+    def _typed(cls, text: str, values: dict) -> TrainingSet:
+        """The set of ``values`` (strings), its numbers read: ``weight`` positive, ``min_rel`` a grade."""
         try:
-            weight = float(parts[3]) if len(parts) > 3 else 1.0
-            min_rel = int(parts[4]) if len(parts) > 4 else None
+            for key, kind in (("weight", float), ("min_rel", int), ("depth", int), ("max_queries", int)):
+                if key in values:
+                    values[key] = kind(values[key])
         except ValueError:
-            raise InputError(f"training set {text!r}: WEIGHT is a number and MIN_REL an integer grade") from None
-        if not weight > 0:
-            raise InputError(f"training set {text!r}: the weight must be positive (got {weight})")
-        for p in parts[:3]:
-            if not Path(p).exists():
-                raise InputError(f"training set {text!r}: {p} does not exist")
-        return cls(*(p.strip() for p in parts[:3]), weight=weight, min_rel=min_rel)
+            raise InputError(f"training set {text!r}: WEIGHT is a number, MIN_REL an integer grade, depth and "
+                             "max_queries integers") from None
+        if not values.get("weight", 1.0) > 0:
+            raise InputError(f"training set {text!r}: the weight must be positive (got {values['weight']})")
+        return cls(**values)
+
+    def checked(self, trainer: str, needs: Sequence[str], takes: Sequence[str] = ()) -> TrainingSet:
+        """This set, if ``trainer`` can use it: every field of ``needs`` given, and no field outside ``needs``,
+        ``takes``, ``topics`` and ``qrels`` set away from its default (a trainer would silently ignore it)."""
+        missing = [k for k in needs if getattr(self, k) is None]
+        ignored = [k for k, f in self.__dataclass_fields__.items()
+                   if k not in (*needs, *takes, "topics", "qrels") and getattr(self, k) != f.default]
+        if missing or ignored:
+            wanted = ", ".join(f"{k}=" for k in (*needs, "topics", "qrels"))
+            raise InputError(f"training set of {self.topics}: {trainer} needs {wanted}"
+                             + (f" (missing: {', '.join(missing)})" if missing else "")
+                             + (f"; it does not take {', '.join(ignored)}" if ignored else ""))
+        return self
+
+    def record(self, fields: Sequence[str]) -> dict:
+        """``fields`` of this set, in that order: what a model card's ``training_data`` says of it."""
+        return {k: getattr(self, k) for k in fields}
 
 
 def seeds_of_members(seed: int, members: int) -> list[int]:
@@ -84,23 +112,6 @@ def seeds_of_members(seed: int, members: int) -> list[int]:
     if members < 1:
         raise InputError(f"--members must be at least 1, got {members}")
     return [seed + 1000 * m for m in range(members)]
-
-
-def split(qids: Sequence[str], fraction: float, seed: int) -> tuple[set[str], set[str]]:
-    """(training, validation) query ids: a seeded ``fraction`` of the queries held out."""
-    order = sorted(set(qids))
-    rng = np.random.default_rng(seed)
-    rng.shuffle(order)
-    n_val = int(round(len(order) * fraction)) if fraction > 0 else 0
-    return set(order[n_val:]), set(order[:n_val])
-
-
-def folds_of(qids: Iterable[str], folds: int, seed: int) -> list[set[str]]:
-    """``folds`` disjoint sets of query ids covering ``qids`` (a seeded shuffle dealt round-robin)."""
-    order = sorted(set(qids))
-    rng = np.random.default_rng(seed)
-    rng.shuffle(order)
-    return [set(order[i::folds]) for i in range(folds)]
 
 
 # fit_and_score(training query ids, test query ids) -> (the test queries' run, a record of the fold)

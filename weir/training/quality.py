@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,12 +29,13 @@ from weir.indexer.quality.learned import HIDDEN, LAYERS, MAX_LENGTH, PassageRead
 from weir.indexer.quality.learned import save as save_learned
 from weir.indexer.quality.prune import pruned_count
 from weir.indexer.quality.surface import FEATURES, feature_matrix
-from weir.training.common import TrainingSource
+from weir.training.common import TrainingSet
 from weir.core.provenance import model_card, sha256_file, write_card
 from weir.core.trec import read_qrels, read_topics
 from weir.core.types import Document, InputError
 
 ESTIMATORS = ("learned", "surface")
+SET_FIELDS = ("collection", "topics", "qrels", "weight", "min_rel")  # of a training set: read, and on the card
 FRACTIONS = (0.1, 0.25, 0.4, 0.5)
 
 
@@ -63,10 +64,11 @@ class QualityTrainConfig:
 
 
 @dataclass
-class Source:
-    """One training source, read: its documents, their inputs, the labelled rows and the validation judgments."""
+class QualityExamples:
+    """One training set, read for a quality estimator: its documents, their inputs, the labelled rows (relevant
+    documents of the training queries, BM25 negatives) and the validation queries' relevant documents."""
 
-    spec: TrainingSource
+    spec: TrainingSet
     docs: list[Document]
     train_queries: list[str]
     val_relevant: list[set[str]]  # per validation query, its relevant documents (those in the corpus)
@@ -78,9 +80,7 @@ class Source:
     @property
     def record(self) -> dict:
         s = self.spec
-        return {"collection": s.collection, "topics": s.topics, "qrels": s.qrels, "weight": s.weight,
-                "min_rel": s.min_rel,
-                "topics_sha256": sha256_file(s.topics), "qrels_sha256": sha256_file(s.qrels),
+        return {**s.record(SET_FIELDS), "topics_sha256": sha256_file(s.topics), "qrels_sha256": sha256_file(s.qrels),
                 "documents": len(self.docs), "training_queries": len(self.train_queries),
                 "validation_queries": len(self.val_relevant), "positives": int(self.labels.sum()),
                 "negatives": int((1 - self.labels).sum())}
@@ -94,7 +94,7 @@ class Source:
         return float(np.mean(kept)) if kept else float("nan")
 
 
-def _bm25_negatives(spec: TrainingSource, queries: dict[str, str], depth: int, log) -> dict[str, list[str]]:
+def _bm25_negatives(spec: TrainingSet, queries: dict[str, str], depth: int, log) -> dict[str, list[str]]:
     """BM25's top ``depth`` of each query, over a BM25 index of the source's collection built for the purpose."""
     from weir.indexer.build import build_index
     from weir.indexer.index_dir import Index
@@ -108,7 +108,7 @@ def _bm25_negatives(spec: TrainingSource, queries: dict[str, str], depth: int, l
         return {q: [h.doc_id for h in hits] for q, hits in run.items()}
 
 
-def read_source(spec: TrainingSource, config: QualityTrainConfig, log) -> Source:
+def read_examples(spec: TrainingSet, config: QualityTrainConfig, log) -> QualityExamples:
     min_rel = spec.min_rel if spec.min_rel is not None else config.min_rel
     docs = list(Collection.open(spec.collection).corpus(skip_empty=True))  # an empty document is never relevant
     known = {d.id for d in docs}
@@ -139,24 +139,24 @@ def read_source(spec: TrainingSource, config: QualityTrainConfig, log) -> Source
     labels = np.array([1.0] * len(positives) + [0.0] * len(negatives))
     log(f"{spec.collection}: {len(train)} training queries ({len(positives)} positive, {len(negatives)} negative "
         f"documents), {len(val)} validation queries")
-    return Source(spec, docs, train, [relevant[q] for q in val], rows, labels)
+    return QualityExamples(spec, docs, train, [relevant[q] for q in val], rows, labels)
 
 
-def _survival_table(sources: list[Source], scores: list[np.ndarray]) -> dict:
+def _survival_table(sources: list[QualityExamples], scores: list[np.ndarray]) -> dict:
     return {s.spec.collection: {f"{f:.2f}": round(s.survival(sc, f), 4) for f in FRACTIONS}
             for s, sc in zip(sources, scores)}
 
 
-def _mean_survival(sources: list[Source], scores: list[np.ndarray], fraction: float) -> float:
+def _mean_survival(sources: list[QualityExamples], scores: list[np.ndarray], fraction: float) -> float:
     return float(np.mean([s.survival(sc, fraction) for s, sc in zip(sources, scores)]))
 
 
-def _example_weights(sources: list[Source]) -> np.ndarray:
+def _example_weights(sources: list[QualityExamples]) -> np.ndarray:
     """Each source weighs its ``weight`` in the loss, spread evenly over its examples."""
     return np.concatenate([np.full(len(s.rows), s.spec.weight / len(s.rows)) for s in sources]) * len(sources)
 
 
-def _train_learned(config: QualityTrainConfig, sources: list[Source], log) -> tuple[dict, dict]:
+def _train_learned(config: QualityTrainConfig, sources: list[QualityExamples], log) -> tuple[dict, dict]:
     import torch
 
     reader = PassageReader(config.base_model, layers=config.layers, max_length=config.max_length,
@@ -202,7 +202,7 @@ def _train_learned(config: QualityTrainConfig, sources: list[Source], log) -> tu
     return fit, {"head": head, "mean": mean, "std": std, "reader": reader.describe()}
 
 
-def _train_surface(config: QualityTrainConfig, sources: list[Source], log) -> tuple[dict, dict]:
+def _train_surface(config: QualityTrainConfig, sources: list[QualityExamples], log) -> tuple[dict, dict]:
     import lightgbm as lgb
 
     X = np.concatenate([s.surface[s.rows] for s in sources])
@@ -237,7 +237,9 @@ def train(config: QualityTrainConfig, log: Callable[[str], None] = print) -> dic
     if not 0 < config.prune_at < 1:
         raise InputError(f"--prune-at must be between 0 and 1 (got {config.prune_at})")
     start = time.perf_counter()
-    sources = [read_source(TrainingSource.parse(text), config, log) for text in config.train]
+    sources = [read_examples(TrainingSet.parse(text).checked("weir train quality", needs=("collection",),
+                                                            takes=SET_FIELDS), config, log)
+               for text in config.train]
     for s in sources:
         s.surface = feature_matrix(s.docs, progress=True)
     fit, model = (_train_learned if config.estimator == "learned" else _train_surface)(config, sources, log)
@@ -261,3 +263,12 @@ def train(config: QualityTrainConfig, log: Callable[[str], None] = print) -> dic
         log(f"{collection}: validation queries' relevant documents kept at pruned fraction "
             + ", ".join(f"{f}: {v:.3f} (random {1 - float(f):.2f})" for f, v in table.items()))
     return card
+
+
+def fit(estimator: str, *, collection: str, topics: str, qrels: str, out: str, options: dict | None = None,
+        device: str | None = None, command: Sequence[str] = (), log: Callable[[str], None] = print) -> dict:
+    """Train ``estimator`` on the judgments ``topics`` / ``qrels`` over ``collection`` alone, with ``options`` (fields
+    of :class:`QualityTrainConfig`), into the model directory ``out``; its card. What the pruning sweep's
+    cross-fitting trains for each fold (:class:`weir.evaluation.pruning.TrainEstimator`)."""
+    return train(QualityTrainConfig(estimator=estimator, train=[f"{collection}:{topics}:{qrels}"], out=out,
+                                    device=device, command=list(command), **(options or {})), log=log)

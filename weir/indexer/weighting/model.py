@@ -24,6 +24,10 @@ parameters, metrics) and ``head.pt`` (the head's state_dict; the backbone is loa
 Face name or local path, unchanged). A head of several members (``"members": N`` in its card, `weir train
 --members N`) keeps them all in that one state_dict (:mod:`weir.indexer.weighting.members`); ``"shrink": {"tau2": ...}``
 in its card shrinks their mean correction towards the prior by their disagreement (`weir train --shrink`).
+
+Trained by `weir train deepct|deepimpact`: :mod:`weir.training.term_weighting` (the recipe), its training loop and
+losses in :mod:`weir.training.term_weighting.loop`, what it reads in :mod:`weir.training.term_weighting.data`, the
+head and its card written by :mod:`weir.training.term_weighting.trainer`.
 """
 
 from __future__ import annotations

@@ -10,10 +10,12 @@ pipeline, the largest fraction still equivalent), ``sweep.json`` (everything, pe
 (effectiveness, index size and build time against the fraction pruned).
 
 Cross-fitting (``cross_fit=K``) evaluates a trained estimator on the judgments of the topics themselves without
-testing on what it saw: the judged topics are split into K folds; for each fold, ``learned`` / ``surface`` are
-trained (`weir train quality`) on the other folds' judgments only, the indexes pruned by that model answer that
-fold's queries, and the folds' per-query results are joined. Used where a collection has no training split (the TREC
-DL pool); estimators given as model directories, and the untrained ones, are used as they are.
+testing on what it saw: the judged topics are split into K folds (:func:`weir.evaluation.folds.folds_of`); for each
+fold, ``learned`` / ``surface`` are trained on the other folds' judgments only, the indexes pruned by that model
+answer that fold's queries, and the folds' per-query results are joined. Used where a collection has no training
+split (the TREC DL pool); estimators given as model directories, and the untrained ones, are used as they are. The
+training comes in as a parameter, ``train_estimator`` (:class:`TrainEstimator`): evaluation sits below training
+and never imports it; `weir quality sweep` passes :func:`weir.training.quality.fit`.
 """
 
 from __future__ import annotations
@@ -22,16 +24,24 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from weir.evaluation.measures import evaluate
 from weir.evaluation.significance import equivalence_test, paired, paired_test
-from weir.training.common import folds_of
+from weir.evaluation.folds import folds_of
 from weir.core.provenance import utc_now, versions, write_json
 from weir.core.trec import read_qrels, read_topics
 from weir.core.types import InputError, Query
 
 TRAINABLE = ("learned", "surface")
+
+
+class TrainEstimator(Protocol):
+    """Trains a quality estimator (``learned`` | ``surface``) on the judgments ``topics`` / ``qrels`` over
+    ``collection`` alone, with ``options`` (`weir train quality` settings), and writes its model directory ``out``."""
+
+    def __call__(self, estimator: str, *, collection: str, topics: str, qrels: str, out: str, options: dict[str, Any],
+                 device: str | None, command: list[str], log: Callable[[str], None]) -> object: ...
 
 
 @dataclass
@@ -101,9 +111,12 @@ def _check(config: SweepConfig) -> None:
 
 
 class Sweep:
-    def __init__(self, config: SweepConfig, log: Callable[[str], None]):
+    def __init__(self, config: SweepConfig, log: Callable[[str], None], train_estimator: TrainEstimator | None = None):
         _check(config)
-        self.config, self.log = config, log
+        if config.cross_fit and train_estimator is None and any(s in TRAINABLE for _, s in _estimators(config)):
+            raise InputError(f"cross-fitting {', '.join(TRAINABLE)} needs a train_estimator "
+                             "(weir.training.quality.fit)")
+        self.config, self.log, self.train_estimator = config, log, train_estimator
         self.out = Path(config.out)
         self.topics = read_topics(config.topics)
         self.qrels = read_qrels(config.qrels)
@@ -169,8 +182,6 @@ class Sweep:
 
     def fold_model(self, fold: int, label: str, spec: str, train_qids: set[str]) -> str:
         """Train ``spec`` (learned | surface) on the judgments of ``train_qids`` only; its model directory."""
-        from weir.training.quality import QualityTrainConfig, train
-
         directory = self.out / "folds" / str(fold)
         model = directory / label
         if (model / "card.json").is_file():
@@ -183,10 +194,9 @@ class Sweep:
                                                      for d, r in sorted(self.qrels[q].items())), encoding="utf-8")
         options = {"min_rel": self.config.binary_min_rel, **self.config.train_options}
         self.log(f"fold {fold}: training {label} on the judgments of {len(train_qids)} queries")
-        train(QualityTrainConfig(estimator=spec, train=[f"{self.config.collection}:{directory / 'topics.tsv'}:"
-                                                        f"{directory / 'qrels.txt'}"],
-                                 out=str(model), device=self.config.device,
-                                 command=["weir quality sweep (cross-fit)"], **options), log=self.log)
+        self.train_estimator(spec, collection=self.config.collection, topics=str(directory / "topics.tsv"),
+                             qrels=str(directory / "qrels.txt"), out=str(model), options=options,
+                             device=self.config.device, command=["weir quality sweep (cross-fit)"], log=self.log)
         return str(model)
 
     def run(self) -> dict[str, Any]:
@@ -343,9 +353,11 @@ def plot(record: dict, config: SweepConfig, path: Path) -> None:
     plt.close(fig)
 
 
-def sweep(config: SweepConfig, log: Callable[[str], None] = print) -> dict:
+def sweep(config: SweepConfig, log: Callable[[str], None] = print,
+          train_estimator: TrainEstimator | None = None) -> dict:
+    """Run the sweep (cross-fitted estimators trained by ``train_estimator``); write and return its record."""
     start = time.perf_counter()
-    record = Sweep(config, log).run()
+    record = Sweep(config, log, train_estimator).run()
     log(f"sweep done in {time.perf_counter() - start:.0f}s: {Path(config.out) / 'sweep.md'}, "
         f"{Path(config.out) / 'sweep.png'}")
     return record

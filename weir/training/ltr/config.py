@@ -1,0 +1,66 @@
+"""The settings of `weir train ltr` (:class:`TrainConfig`): the training sets (the fields of a
+:class:`~weir.training.common.TrainingSet` LTR reads), the members' seeds, the LightGBM parameters and the init
+feature's column they make."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from weir.ranker.options import PipelineOptions
+from weir.training.common import TrainingSet, seeds_of_members
+from weir.training.ltr.boosting import monotone_constraints
+from weir.core.types import InputError
+
+# the fields of a training set that LTR reads, as its card's training_data records them; it needs an index
+SET_FIELDS = ("index", "topics", "qrels", "candidates", "first_stage", "depth", "max_queries", "stage_runs")
+ROUNDS_RULES = ("1se", "1se-paired", "best")  # how inner cross-validation chooses the rounds (rounds_rule)
+INNER_BY = ("queries", "sets")  # what inner cross-validation holds out (inner_by)
+
+
+@dataclass
+class TrainConfig:
+    sets: list[TrainingSet]  # checked against SET_FIELDS
+    out: str
+    folds: int = 0
+    cv_run: str | None = None
+    val_fraction: float = 0.2
+    seed: int = 13
+    rounds: int = 1000
+    early_stopping: int = 50
+    params: dict = field(default_factory=dict)
+    options: PipelineOptions = field(default_factory=PipelineOptions)  # of the first stages giving candidates
+    rounds_by: str = "cv"  # cv: inner cross-validation over the training queries; holdout: early stopping
+    rounds_rule: str = "1se-paired"  # cv: the fewest rounds within one (paired) standard error of the best, or best
+    init_from: str | None = None  # boost from this feature (standardized per query) instead of from zero
+    monotone: bool = False  # constrain every feature of known direction (DIRECTION) to act in that direction
+    inner_folds: int = 4
+    inner_by: str = "queries"  # cv: inner folds of every set's queries, or one whole training set held out at a time
+    binary_min_rel: int = 1
+    members: int = 1  # boosters that differ only in their seed (member_seeds), their scores averaged
+    command: list[str] = field(default_factory=list)
+
+
+def member_seeds(config: TrainConfig) -> list[int]:
+    """The seeds of the members (:func:`seeds_of_members`); each member's LightGBM row and feature sampling, and its
+    inner folds (:func:`~weir.training.ltr.rounds.rounds_by_cv`)."""
+    return seeds_of_members(config.seed, config.members)
+
+
+def booster_params(config: TrainConfig, features: Sequence[str]) -> dict:
+    """The LightGBM parameters a training adds to :data:`~weir.training.ltr.boosting.DEFAULT_PARAMS`: the user's, and
+    the monotone constraints when asked."""
+    params = dict(config.params)
+    if config.monotone:
+        params.update({"monotone_constraints": monotone_constraints(features),
+                       "monotone_constraints_method": "intermediate"})
+    return params
+
+
+def init_column(config: TrainConfig, features: Sequence[str]) -> int | None:
+    """The column of ``config.init_from`` among ``features`` (boosting starts from it), None without one."""
+    if not config.init_from:
+        return None
+    if config.init_from not in features:
+        raise InputError(f"--init-from {config.init_from!r} is not a feature ({', '.join(features)})")
+    return list(features).index(config.init_from)
