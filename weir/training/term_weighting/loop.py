@@ -11,6 +11,7 @@ from collections import defaultdict
 import numpy as np
 from tqdm import tqdm
 
+from weir.core import bm25
 from weir.indexer.weighting.model import BM25_B, BM25_K1, DEEPCT_RESOLUTION, factor, make_head
 from weir.indexer.weighting.terms import counts_query_terms, query_weights, unique_terms
 from weir.training.fusion import interpolation_weight
@@ -138,7 +139,7 @@ def _scores(t: Training, s: WeightingData, groups: list[list[tuple]]):
         avgdl = float(s.avgdl_pseudo)
         mask = torch.from_numpy(np.concatenate([m for g in groups for _, _, m in g]))
         df = torch.from_numpy(np.concatenate([s.df_of_rows(r) for g in groups for r, _, _ in g]))
-        idf = torch.log(1 + (len(s.docs) - df + 0.5) / (df + 0.5))
+        idf = bm25.idf(len(s.docs), df, log=torch.log)
         term = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl[seg] / avgdl))
         scores = torch.zeros(len(sizes)).index_add(0, seg, term * mask)  # each query term as often as it occurs
     return scores.view(len(groups), -1)

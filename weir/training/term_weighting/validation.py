@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from weir.core import bm25
 from weir.indexer.weighting.terms import query_weights
 from weir.core.types import Hit, Run
 
@@ -55,7 +56,7 @@ def deepct_doc_term(sm: ScoreMatrix, weights: np.ndarray, k1: float = 10.0, b: f
     dl = np.bincount(sm.rows, weights=tf, minlength=sm.shape[0])
     avgdl = dl.mean() if dl.mean() > 0 else 1.0
     df = np.bincount(sm.cols, weights=(tf >= 1).astype(float), minlength=sm.shape[1])
-    idf = np.log(1 + (sm.shape[0] - df + 0.5) / (df + 0.5))
+    idf = bm25.idf(sm.shape[0], df)
     norm = k1 * (1 - b + b * dl[sm.rows] / avgdl)
     values = np.where(tf >= 1, idf[sm.cols] * tf / (tf + norm), 0.0)
     return sm.matrix(values)
