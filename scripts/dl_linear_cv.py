@@ -49,7 +49,7 @@ def main() -> None:
         queries = [q for q in ex.queries if q.id in keep]
         scores = {q.id: score[qids == q.id].tolist() for q in queries}  # rows in candidate order, as the run's hits
         run = apply_scores(queries, Run({q.id: ex.run[q.id][:ds.depth] for q in queries}), ds.depth, scores, "linear")
-        return evaluate(run, {q: qrels[q] for q in keep if q in qrels}, ["nDCG@10"], binary_min_rel=2)["nDCG@10"]
+        return evaluate(run, {q: qrels[q] for q in keep if q in qrels}, ["nDCG@10"], min_rel=2)["nDCG@10"]
 
     def linear(a: float, b: float) -> np.ndarray:
         return z["attention"] + a * z["dense_cos"] + b * z["bm25"]

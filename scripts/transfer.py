@@ -241,7 +241,7 @@ def ltr_sweep(args) -> None:
             if "--remove-identical" in SOURCES[held][3]:
                 ltr, hybrid = ltr.without_identical_ids(), hybrid.without_identical_ids()
             qrels = read_qrels(COLLECTIONS / held / "qrels.txt")
-            (h_mean, h_q), (l_mean, l_q) = (evaluate(r, qrels, ["nDCG@10"], binary_min_rel=SOURCES[held][2],
+            (h_mean, h_q), (l_mean, l_q) = (evaluate(r, qrels, ["nDCG@10"], min_rel=SOURCES[held][2],
                                                      per_query=True) for r in (hybrid, ltr))
             p = paired_test(*paired(l_q["nDCG@10"], h_q["nDCG@10"])[1:])[1]
             seen = held in trained_on
@@ -328,7 +328,7 @@ def _fusion_grid(held: str, index: Path, work: Path) -> dict:
     def ndcg(run) -> float:
         if identical:
             run = run.without_identical_ids()
-        return measure(run.truncated(1000), qrels, ["nDCG@10"], binary_min_rel=SOURCES[held][2])["nDCG@10"]
+        return measure(run.truncated(1000), qrels, ["nDCG@10"], min_rel=SOURCES[held][2])["nDCG@10"]
 
     grid = {str(w): ndcg(fuse_runs(runs, method="minmax", weights=[w, round(1 - w, 2)], depth=k,
                                    name="deepimpact+bm25")) for w in WEIGHT_GRID}

@@ -60,7 +60,7 @@ def test_dl19_bm25_candidates_pass_through_a_pipeline_unchanged(tmp_path, index_
 def test_dl19_bm25_run_reproduces_the_published_figure(tmp_path):
     dl = collection("msmarco-passage-trec-dl-pool")
     runs = [str(dl / "runs" / "BM25_dl19.top100.trec"), str(dl / "runs" / "D_BERT_KD_TASB_dl19.top100.trec")]
-    record = run_experiment(Config(qrels=str(dl / "qrels.txt"), runs=runs, binary_min_rel=2), tmp_path)
+    record = run_experiment(Config(qrels=str(dl / "qrels.txt"), runs=runs, min_rel=2), tmp_path)
     bm25, tasb = record["systems"]
     assert round(bm25["means"]["nDCG@10"], 4) == 0.5058 and bm25["queries"] == 43
     assert record["significance"]["results"]["nDCG@10"][tasb["label"]]["significant"]

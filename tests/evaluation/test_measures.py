@@ -36,17 +36,17 @@ def test_measures_match_hand_computed_trec_eval_values():
     assert means["AP"] == pytest.approx((ap_q1 + 1 / 3 + 0) / 3)
 
 
-@pytest.mark.parametrize("binary_min_rel", [1, 2])
-def test_measures_match_pytrec_eval(binary_min_rel):
+@pytest.mark.parametrize("min_rel", [1, 2])
+def test_measures_match_pytrec_eval(min_rel):
     qrels, run = read_qrels(QRELS), Run.read_trec(RUN_A)
-    ours = evaluate(run, qrels, ["nDCG@10", "AP", "R@100", "P@5"], binary_min_rel=binary_min_rel, per_query=True)[1]
+    ours = evaluate(run, qrels, ["nDCG@10", "AP", "R@100", "P@5"], min_rel=min_rel, per_query=True)[1]
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "map", "recall.100", "P.5"},
-                                               relevance_level=binary_min_rel)
+                                               relevance_level=min_rel)
     reference = evaluator.evaluate(run.to_dict())  # the queries the run retrieved for: q1, q2
     reference["q3"] = {name: 0.0 for name in reference["q1"]}  # judged, not retrieved: 0 (trec_eval -c)
     for ours_name, trec_name in [("AP", "map"), ("R@100", "recall_100"), ("P@5", "P_5")]:
         assert ours[ours_name] == pytest.approx({q: v[trec_name] for q, v in reference.items()})
     # nDCG uses the grades themselves whatever the binary threshold
     assert ours["nDCG@10"] == pytest.approx({q: v["ndcg_cut_10"] for q, v in reference.items()})
-    if binary_min_rel == 2:  # only d3 (grade 2) counts for q1, at rank 3; q2 has nothing relevant
+    if min_rel == 2:  # only d3 (grade 2) counts for q1, at rank 3; q2 has nothing relevant
         assert ours["AP"] == pytest.approx({"q1": 1 / 3, "q2": 0.0, "q3": 0.0})

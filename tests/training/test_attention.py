@@ -19,8 +19,8 @@ def test_cached_top_layers_equal_full_forward(model_dir):
     model = AttentionModel(model_dir, device="cpu")
     qs, ps = ["coffee health", "a longer query about coffee"], ["Drinking coffee may lower risk.", "Tea, and more words."]
     full = [m.mean(-1) for m in model.masses(qs, ps, batch_size=4)]
-    config = AttnTrainConfig(kind="attention", index="", topics="", qrels="", candidates="", out="", max_length=64,
-                             train_layers=1)
+    config = AttnTrainConfig(kind="attention", interaction="joint", index="", topics="", qrels="", candidates="",
+                             out="", max_length=64, train_layers=1)
     trainer = Trainable(config, "cpu", (model.tokenizer, model.model))
     cache = FrozenCache(model.tokenizer, model.model, trainer.first_trained, 64)
     cache.add([(q, f"d{i}", p) for i, (q, p) in enumerate(zip(qs, ps))])

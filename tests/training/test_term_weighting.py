@@ -12,6 +12,12 @@ import pytest
 from weir.core.types import Document, InputError
 
 
+def judged(coll):  # the tiny collection's judgments as one training set
+    from weir.training.common import TrainingSet
+
+    return TrainingSet(collection=str(coll), topics=str(coll / "queries.tsv"), qrels=str(coll / "qrels.txt"))
+
+
 @pytest.mark.parametrize("kind", ["deepct", "deepimpact"])
 @pytest.mark.parametrize("shape", ["bm25", "free"])
 def test_training_writes_a_model_card(learned_tiny, tmp_path, monkeypatch, kind, shape):
@@ -19,8 +25,8 @@ def test_training_writes_a_model_card(learned_tiny, tmp_path, monkeypatch, kind,
 
     monkeypatch.setenv("WEIR_CACHE", str(tmp_path / "cache"))
     coll, _, _ = learned_tiny
-    card = train(TrainConfig(kind=kind, collection=str(coll), queries=str(coll / "queries.tsv"),
-                             qrels=str(coll / "qrels.txt"), out=str(tmp_path / kind), epochs=2, negatives=2,
+    card = train(TrainConfig(kind=kind, train=[judged(coll)],
+                             out=str(tmp_path / kind), epochs=2, negatives=2,
                              val_fraction=0.34, max_length=32, titles=True, shape=shape), log=lambda m: None)
     saved = json.loads((tmp_path / kind / "card.json").read_text())
     assert saved["kind"] == kind and saved["shape"] == shape and saved["head_sha256"]
@@ -43,8 +49,8 @@ def test_members_differ_in_their_seed_only_and_the_first_is_the_one_member_head(
     cards, states = {}, {}
     for members in (1, 2):
         out = tmp_path / f"m{members}"
-        cards[members] = train(TrainConfig(kind="deepimpact", collection=str(coll), queries=str(coll / "queries.tsv"),
-                                           qrels=str(coll / "qrels.txt"), out=str(out), epochs=2, negatives=2,
+        cards[members] = train(TrainConfig(kind="deepimpact", train=[judged(coll)],
+                                           out=str(out), epochs=2, negatives=2,
                                            val_fraction=0.34, max_length=32, members=members), log=lambda m: None)
         states[members] = torch.load(out / "head.pt", weights_only=True)
     one, two = cards[1], cards[2]
@@ -59,8 +65,8 @@ def test_members_differ_in_their_seed_only_and_the_first_is_the_one_member_head(
     assert two["metrics"]["validation"]["epoch"] == [m["validation"]["epoch"] for m in two["member_heads"]]
     assert set(two["fusion"]) >= {"weights", "grid"}
     with pytest.raises(InputError, match="--members"):
-        train(TrainConfig(kind="deepimpact", collection=str(coll), queries=str(coll / "queries.tsv"),
-                          qrels=str(coll / "qrels.txt"), out=str(tmp_path / "m0"), members=0), log=lambda m: None)
+        train(TrainConfig(kind="deepimpact", train=[judged(coll)],
+                          out=str(tmp_path / "m0"), members=0), log=lambda m: None)
 
 
 def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_path, monkeypatch):
@@ -132,8 +138,8 @@ def test_members_shrunk_by_their_disagreement_are_the_same_members_with_tau2_on_
     cards, states = {}, {}
     for shrink in (False, True):
         out = tmp_path / f"s{int(shrink)}"
-        cards[shrink] = train(TrainConfig(kind="deepimpact", collection=str(coll), queries=str(coll / "queries.tsv"),
-                                          qrels=str(coll / "qrels.txt"), out=str(out), epochs=2, negatives=2,
+        cards[shrink] = train(TrainConfig(kind="deepimpact", train=[judged(coll)],
+                                          out=str(out), epochs=2, negatives=2,
                                           val_fraction=0.34, max_length=32, members=2, shrink=shrink),
                               log=lambda m: None)
         states[shrink] = torch.load(out / "head.pt", weights_only=True)
@@ -145,7 +151,7 @@ def test_members_shrunk_by_their_disagreement_are_the_same_members_with_tau2_on_
     assert record["tau2"] == pytest.approx(max(0.0, record["variance_of_mean"] - record["mean_noise_variance"]))
     for members, shape in ((1, "bm25"), (2, "free")):
         with pytest.raises(InputError, match="--shrink"):
-            train(TrainConfig(kind="deepimpact", collection=str(coll), queries=str(coll / "queries.tsv"),
-                              qrels=str(coll / "qrels.txt"), out=str(tmp_path / "no"), members=members, shape=shape,
+            train(TrainConfig(kind="deepimpact", train=[judged(coll)],
+                              out=str(tmp_path / "no"), members=members, shape=shape,
                               shrink=True), log=lambda m: None)
         assert not (tmp_path / "no").exists()

@@ -18,7 +18,7 @@ def cmd_eval(args) -> int:
 
     run = Run.read_trec(args.run)
     names = [m for m in args.measures.split(",") if m.strip()] if args.measures else list(DEFAULT_MEASURES)
-    means = evaluate(run, read_qrels(args.qrels), names, binary_min_rel=args.min_rel)
+    means = evaluate(run, read_qrels(args.qrels), names, min_rel=args.min_rel)
     if args.format == "json":
         print(json.dumps({"run": args.run, "qrels": args.qrels, "measures": means}, indent=2))
     else:
@@ -32,7 +32,7 @@ def cmd_experiment(args) -> int:
 
     settings = load_config(args.config) if args.config else {}
     given = {"topics": args.topics, "qrels": args.qrels, "baseline": args.baseline, "test": args.test,
-             "alpha": args.alpha, "binary_min_rel": args.min_rel, "k": args.k, "warmup": args.warmup}
+             "alpha": args.alpha, "min_rel": args.min_rel, "k": args.k, "warmup": args.warmup}
     settings.update({key: value for key, value in given.items() if value is not None})
     if args.index:
         settings["indexes"] = args.index

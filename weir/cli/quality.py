@@ -36,7 +36,7 @@ def cmd_sweep(args) -> int:
                          fractions=fractions(args.fractions),
                          components=[c.strip() for c in args.with_.split(",") if c.strip()],
                          pipelines=[p.strip() for p in args.pipelines.split(",") if p.strip()],
-                         measure=args.measure, k=args.k, binary_min_rel=args.binary_min_rel, margin=args.margin,
+                         measure=args.measure, k=args.k, min_rel=args.min_rel, margin=args.margin,
                          alpha=args.alpha, cross_fit=args.cross_fit,
                          train_options=key_values(args.train_option or [], "--train-option"),
                          remove_identical=args.remove_identical, reuse_vectors=not args.encode_again,
@@ -51,6 +51,8 @@ def cmd_sweep(args) -> int:
 
 
 def add_parsers(sub) -> None:
+    from weir.cli.options import add_min_rel
+
     group = sub.add_parser("quality", help="passage quality for static pruning: score a collection, sweep pruned "
                            "fractions").add_subparsers(dest="quality_command", required=True, metavar="ACTION")
     s = group.add_parser("score", help="score a collection with a quality estimator; print the score quantiles",
@@ -88,7 +90,7 @@ def add_parsers(sub) -> None:
     w.add_argument("--pipelines", default="bm25,hybrid", help="pipelines evaluated (default bm25,hybrid)")
     w.add_argument("--measure", default="nDCG@10")
     w.add_argument("--k", type=int, default=1000)
-    w.add_argument("--binary-min-rel", type=int, default=1, help="grade counted relevant (2 for TREC DL)")
+    add_min_rel(w)
     w.add_argument("--margin", type=float, default=0.02, help="equivalence margin, a share of the unpruned mean "
                    "(default 0.02)")
     w.add_argument("--alpha", type=float, default=0.05)

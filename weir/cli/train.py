@@ -44,7 +44,7 @@ def cmd_ltr(args) -> int:
                          rounds_by=args.rounds_by, rounds_rule=args.rounds_rule, inner_folds=args.inner_folds,
                          inner_by=args.inner_by, init_from=args.init_from, monotone=args.monotone,
                          early_stopping=args.early_stopping, params=params,
-                         binary_min_rel=args.binary_min_rel, members=args.members, command=["weir"] + args.argv)
+                         min_rel=args.min_rel, members=args.members, command=["weir"] + args.argv)
     card = train(config, log=lambda m: print(m, file=sys.stderr))
     final = card["metrics"]["final"]
     print(f"ltr -> {args.out}: {final['train_queries']} training queries, {rounds_note(final)}", file=sys.stderr)
@@ -64,7 +64,7 @@ def cmd_attention(args) -> int:
                              group=args.group, lr=args.lr if args.lr is not None else (3e-3 if late else 5e-5),
                              entropy=args.entropy, select=args.select,
                              idf=args.idf, calibrate=not args.no_calibration, folds=args.folds, cv_run=args.cv_run,
-                             binary_min_rel=args.binary_min_rel, seed=args.seed, device=args.device,
+                             min_rel=args.min_rel, seed=args.seed, device=args.device,
                              cv_only=args.cv_only, select_queries=args.select_queries, cache=args.cache,
                              validation=(args.validation if args.validation is not None else 0.2 if late else 0.0),
                              interaction=getattr(args, "interaction", "joint"), heads=getattr(args, "heads", 1),

@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ class Config:
     baseline: str | None = None  # a system label; default: the first system
     test: str = "t"
     alpha: float = 0.05
-    binary_min_rel: int = 1
+    min_rel: int = 1
     remove_identical: bool = False
     k: int = 1000
     warmup: int = 20  # queries run through each pipeline, untimed, before the timed batch
@@ -104,7 +105,7 @@ def parse_pipelines(text: str) -> list[PipelineSpec]:
 
 
 _KEYS = {"index", "indexes", "topics", "qrels", "pipelines", "runs", "measures", "baseline", "test", "alpha",
-         "binary_min_rel", "remove_identical", "k", "warmup", "options"}
+         "min_rel", "remove_identical", "k", "warmup", "options"}
 
 
 def load_config(path: str | os.PathLike) -> dict[str, Any]:
@@ -125,6 +126,9 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
         raise InputError(f"{path}: not a valid experiment file: {e}") from None
     if not isinstance(raw, dict):
         raise InputError(f"{path}: an experiment file holds one object (table) of settings")
+    if "binary_min_rel" in raw and "min_rel" not in raw:  # its spelling before 0.2, kept one release
+        warnings.warn(f"{path}: the setting binary_min_rel is now min_rel", DeprecationWarning, stacklevel=2)
+        raw["min_rel"] = raw.pop("binary_min_rel")
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
         raise InputError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(_KEYS))}")
@@ -210,7 +214,7 @@ def _check(config: Config) -> None:
         raise InputError(f"unknown significance test {config.test!r}; known: {', '.join(TESTS)}")
     if config.k < 1:
         raise InputError(f"k must be at least 1 (got {config.k})")
-    parse_measures(config.measures, config.binary_min_rel)  # unknown measures fail before anything runs
+    parse_measures(config.measures, config.min_rel)  # unknown measures fail before anything runs
     for path in config.runs:
         if not Path(path).is_file():
             raise InputError(f"{path}: no such run file")
@@ -244,7 +248,7 @@ def run_experiment(config: Config, out_dir: str | os.PathLike, *, command: list[
     }
 
     def scored(run: Run):
-        return evaluate(run, qrels, config.measures, binary_min_rel=config.binary_min_rel, per_query=True)
+        return evaluate(run, qrels, config.measures, min_rel=config.min_rel, per_query=True)
 
     systems = _pipeline_systems(config, topics, record, out, scored, log) if config.pipelines else []
     for path in config.runs:

@@ -14,29 +14,29 @@ DEFAULT_MEASURES = ("nDCG@10", "RR@10", "AP", "R@100", "R@1000")
 _BINARY = {"AP", "RR", "R", "P", "Success", "Rprec", "Bpref", "NumRelRet", "SetP", "SetR", "SetF"}
 
 
-def measures(names: Iterable[str], binary_min_rel: int = 1) -> dict[str, Measure]:
+def measures(names: Iterable[str], min_rel: int = 1) -> dict[str, Measure]:
     """Parse ir-measures names (``nDCG@10``, ``AP``, ``R@1000`` ...) into {name as given: measure}; binary measures
-    get ``rel=binary_min_rel`` (TREC DL counts grade >= 2 as relevant)."""
+    get ``rel=min_rel`` (TREC DL counts grade >= 2 as relevant)."""
     out = {}
     for name in names:
         try:
             m = ir_measures.parse_measure(name.strip())
         except (ValueError, NameError, SyntaxError, TypeError):
             raise InputError(f"unknown measure {name!r} (ir-measures syntax, e.g. nDCG@10, RR@10, AP, R@100)") from None
-        if binary_min_rel != 1 and m.NAME in _BINARY and "rel" in m.SUPPORTED_PARAMS and "rel" not in m.params:
-            m = m(rel=binary_min_rel)
+        if min_rel != 1 and m.NAME in _BINARY and "rel" in m.SUPPORTED_PARAMS and "rel" not in m.params:
+            m = m(rel=min_rel)
         out[name.strip()] = m
     return out
 
 
 def evaluate(run: Run | dict, qrels: dict[str, dict[str, int]], names: Sequence[str] = DEFAULT_MEASURES,
-             *, binary_min_rel: int = 1, per_query: bool = False):
+             *, min_rel: int = 1, per_query: bool = False):
     """Mean of each measure over the judged queries (those in ``qrels``): a judged query the run has no hits for
     counts 0 (ir-measures' convention, as ``trec_eval -c``; plain pytrec_eval leaves it out); unjudged queries of the
     run are ignored.
 
     Returns ``{label: mean}``, or with ``per_query`` also ``{label: {qid: value}}``."""
-    named = measures(names, binary_min_rel)
+    named = measures(names, min_rel)
     label = {m: name for name, m in named.items()}
     run_dict = run.to_dict() if isinstance(run, Run) else run
     run_dict = {qid: docs for qid, docs in run_dict.items() if qid in qrels}

@@ -56,7 +56,7 @@ class SweepConfig:
     pipelines: list[str] = field(default_factory=lambda: ["bm25", "hybrid"])
     measure: str = "nDCG@10"
     k: int = 1000
-    binary_min_rel: int = 1
+    min_rel: int = 1
     margin: float = 0.02  # relative to the unpruned index's mean
     alpha: float = 0.05
     cross_fit: int = 0
@@ -162,7 +162,7 @@ class Sweep:
             pipeline = registry.build(name, index)
             run = pipeline.search(queries, self.config.k, remove_identical=self.config.remove_identical)
             _, by_query = evaluate(run, {q.id: self.qrels[q.id] for q in queries}, [self.config.measure],
-                                   binary_min_rel=self.config.binary_min_rel, per_query=True)
+                                   min_rel=self.config.min_rel, per_query=True)
             values = by_query[self.config.measure]
             out[name] = {q.id: float(values.get(q.id, 0.0)) for q in queries}
         return out
@@ -192,7 +192,7 @@ class Sweep:
                                               encoding="utf-8")
         (directory / "qrels.txt").write_text("".join(f"{q} 0 {d} {r}\n" for q in sorted(train_qids)
                                                      for d, r in sorted(self.qrels[q].items())), encoding="utf-8")
-        options = {"min_rel": self.config.binary_min_rel, **self.config.train_options}
+        options = {"min_rel": self.config.min_rel, **self.config.train_options}
         self.log(f"fold {fold}: training {label} on the judgments of {len(train_qids)} queries")
         self.train_estimator(spec, collection=self.config.collection, topics=str(directory / "topics.tsv"),
                              qrels=str(directory / "qrels.txt"), out=str(model), options=options,

@@ -32,9 +32,9 @@ class AttnTrainConfig:
     depth: int = 100
     max_length: int = 128
     train_layers: int = 2
-    steps: int = 120
+    steps: int | None = None  # None: 200 late, 120 joint
     group: int = 8
-    lr: float = 5e-5
+    lr: float | None = None  # None: 3e-3 late, 5e-5 joint
     head_lr: float = 1e-2
     entropy: float = 0.0
     select: int = 8
@@ -42,25 +42,31 @@ class AttnTrainConfig:
     calibrate: bool = True
     folds: int = 0
     cv_run: str | None = None
-    binary_min_rel: int = 1
+    min_rel: int = 1  # the lowest grade counted relevant (2 for TREC DL)
     seed: int = 13
     select_queries: int = 10
     cv_only: bool = False
     cache: str | None = None
-    validation: float = 0.0
+    validation: float | None = None  # None: 0.2 late (the checkpoint), 0.0 joint
     distill: float = 0.0
     distill_temperature: float = 0.05
     device: str | None = None
-    interaction: str = "joint"  # joint: one input through every layer; late: weir.ranker.rerankers.relevance_attention
+    interaction: str | None = None  # None: late for attention, joint for crossencoder; joint: one input through every layer; late: weir.ranker.rerankers.relevance_attention
     heads: int = 1  # late: heads of the relevance attention layer
     temperature: float = 0.05  # late: the similarity initialization's softmax temperature
     eval_every: int = 25  # late: steps between validation checkpoints
-    also: list[str] = field(default_factory=list)  # late: further training sets (always fitted on)
+    also: list = field(default_factory=list)  # late: further TrainingSets (or their key=value text), always fitted on
     command: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         if self.kind not in ("attention", "crossencoder"):
             raise InputError(f"unknown model kind {self.kind!r}")
+        if self.interaction is None:
+            self.interaction = "late" if self.kind == "attention" else "joint"
+        late = self.interaction == "late"
+        for name, if_late, if_joint in (("steps", 200, 120), ("lr", 3e-3, 5e-5), ("validation", 0.2, 0.0)):
+            if getattr(self, name) is None:
+                setattr(self, name, if_late if late else if_joint)
         if self.interaction not in ("joint", "late"):
             raise InputError(f"unknown interaction {self.interaction!r} (joint or late)")
         if self.interaction == "late" and self.kind != "attention":

@@ -230,7 +230,7 @@ def _extra_sets(config, cands, texts, by_id, gains, log) -> set[str]:
 
     ids: set[str] = set()
     for j, text in enumerate(config.also or [], start=1):
-        ds = TrainingSet.parse(text).checked("weir train attention --also", needs=("index", "candidates"),
+        ds = TrainingSet.of(text).checked("weir train attention --also", needs=("index", "candidates"),
                                               takes=("depth",))
         qrels = read_qrels(ds.qrels)
         queries = [q for q in read_topics(ds.topics) if q.id in qrels]

@@ -43,6 +43,11 @@ class TrainingSet:
     stage_runs: str | None = None
 
     @classmethod
+    def of(cls, spec: TrainingSet | str) -> TrainingSet:
+        """``spec`` itself, or the set its text spells (:meth:`parse`)."""
+        return spec if isinstance(spec, TrainingSet) else cls.parse(spec)
+
+    @classmethod
     def parse(cls, text: str) -> TrainingSet:
         """``COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]`` (its three files must exist), or ``key=value`` pairs
         separated by commas with keys among the fields (``index=DIR,topics=FILE,qrels=FILE,candidates=RUN``...)."""
@@ -119,7 +124,7 @@ FitAndScore = Callable[[set[str], set[str]], tuple[Run, dict]]
 
 
 def cross_validate(kind: str, qids: Iterable[str], folds: int, seed: int, fit_and_score: FitAndScore, *,
-                   first_run: Run, qrels: dict, measures: Sequence[str], binary_min_rel: int = 1,
+                   first_run: Run, qrels: dict, measures: Sequence[str], min_rel: int = 1,
                    cv_run: str | None = None, log: Callable[[str], None] = print) -> dict:
     """Score every query by a model fitted on the other folds; evaluate the joined run (``measures``) against
     ``first_run``; write it to ``cv_run`` when given. Returns the card's ``cross_validation`` record."""
@@ -130,14 +135,14 @@ def cross_validate(kind: str, qids: Iterable[str], folds: int, seed: int, fit_an
         run, info = fit_and_score(all_q - test, test)
         scored.update(run)
         fold_qrels = {q: qrels[q] for q in test if q in qrels}
-        fold = {f"{kind}_nDCG@10": evaluate(run, fold_qrels, ["nDCG@10"], binary_min_rel=binary_min_rel)["nDCG@10"],
+        fold = {f"{kind}_nDCG@10": evaluate(run, fold_qrels, ["nDCG@10"], min_rel=min_rel)["nDCG@10"],
                 "first_stage_nDCG@10": evaluate(Run({q: first_run.get(q, []) for q in test}), fold_qrels, ["nDCG@10"],
-                                                binary_min_rel=binary_min_rel)["nDCG@10"]}
+                                                min_rel=min_rel)["nDCG@10"]}
         log(f"fold {f + 1}/{folds}: nDCG@10 {fold[f'{kind}_nDCG@10']:.4f} (first stage "
             f"{fold['first_stage_nDCG@10']:.4f})")
         per_fold.append({"fold": f, "test_queries": len(test), **fold, **info})
-    first = evaluate(first_run, qrels, measures, binary_min_rel=binary_min_rel)
-    cv = evaluate(scored, qrels, measures, binary_min_rel=binary_min_rel)
+    first = evaluate(first_run, qrels, measures, min_rel=min_rel)
+    cv = evaluate(scored, qrels, measures, min_rel=min_rel)
     record = {"folds": folds, "first_stage": first, kind: cv, "per_fold": per_fold}
     if cv_run:
         scored.write_trec(cv_run, tag=f"{kind}_cv")
@@ -150,7 +155,7 @@ def cross_validate(kind: str, qids: Iterable[str], folds: int, seed: int, fit_an
 def fit_and_write(kind: str, config, card: dict, qids: Iterable[str], fit_and_score: FitAndScore,
                   fit_all: Callable[[set[str], Path], dict], *, first_run: Run, qrels: dict,
                   measures: Sequence[str], log: Callable[[str], None] = print) -> dict:
-    """What a trainer does with its settings ``config`` (``folds``, ``seed``, ``cv_run``, ``binary_min_rel``,
+    """What a trainer does with its settings ``config`` (``folds``, ``seed``, ``cv_run``, ``min_rel``,
     ``cv_only``, ``out``): cross-validate when asked; then, unless ``cv_only``, fit on every query with
     ``fit_all(queries, out)`` (which writes the model's files and returns the fit's record); write the model card
     (``cv-card.json`` with ``cv_only``). Returns the card."""
@@ -158,7 +163,7 @@ def fit_and_write(kind: str, config, card: dict, qids: Iterable[str], fit_and_sc
     if config.folds:
         card["metrics"]["cross_validation"] = cross_validate(
             kind, qids, config.folds, config.seed, fit_and_score, first_run=first_run, qrels=qrels,
-            measures=measures, binary_min_rel=config.binary_min_rel, cv_run=config.cv_run, log=log)
+            measures=measures, min_rel=config.min_rel, cv_run=config.cv_run, log=log)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     if config.cv_only:

@@ -42,7 +42,7 @@ FRACTIONS = (0.1, 0.25, 0.4, 0.5)
 @dataclass
 class QualityTrainConfig:
     estimator: str
-    train: list[str]
+    train: list[TrainingSet | str]  # sets, or their COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]
     out: str
     base_model: str = "all-MiniLM-L6-v2"
     layers: int = LAYERS
@@ -237,7 +237,7 @@ def train(config: QualityTrainConfig, log: Callable[[str], None] = print) -> dic
     if not 0 < config.prune_at < 1:
         raise InputError(f"--prune-at must be between 0 and 1 (got {config.prune_at})")
     start = time.perf_counter()
-    sources = [read_examples(TrainingSet.parse(text).checked("weir train quality", needs=("collection",),
+    sources = [read_examples(TrainingSet.of(text).checked("weir train quality", needs=("collection",),
                                                             takes=SET_FIELDS), config, log)
                for text in config.train]
     for s in sources:

@@ -26,7 +26,7 @@ class TrainConfig:
     cv_run: str | None = None
     val_fraction: float = 0.2
     seed: int = 13
-    rounds: int = 1000
+    rounds: int | None = None  # boosting rounds at most; None: 300 with rounds_by cv, 1000 with holdout
     early_stopping: int = 50
     params: dict = field(default_factory=dict)
     options: PipelineOptions = field(default_factory=PipelineOptions)  # of the first stages giving candidates
@@ -36,9 +36,13 @@ class TrainConfig:
     monotone: bool = False  # constrain every feature of known direction (DIRECTION) to act in that direction
     inner_folds: int = 4
     inner_by: str = "queries"  # cv: inner folds of every set's queries, or one whole training set held out at a time
-    binary_min_rel: int = 1
+    min_rel: int = 1  # the lowest grade counted relevant (2 for TREC DL)
     members: int = 1  # boosters that differ only in their seed (member_seeds), their scores averaged
     command: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.rounds is None:
+            self.rounds = 300 if self.rounds_by == "cv" else 1000
 
 
 def member_seeds(config: TrainConfig) -> list[int]:

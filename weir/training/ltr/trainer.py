@@ -121,7 +121,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         card["metrics"]["cross_validation"] = cross_validate(
             "ltr", all_main, config.folds, config.seed, fit_and_score, first_run=main.run,
             qrels=read_qrels(main_ds.qrels), measures=["nDCG@10", "RR@10", "AP", "R@100"],
-            binary_min_rel=config.binary_min_rel, cv_run=config.cv_run, log=log)
+            min_rel=config.min_rel, cv_run=config.cv_run, log=log)
         card["metrics"]["cross_validation"]["seconds"] = round(time.perf_counter() - cv_start, 2)
     t0 = time.perf_counter()
     boosters, info = fit_on(data, all_main, config, FEATURES)

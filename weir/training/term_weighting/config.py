@@ -20,10 +20,7 @@ VALIDATE_BY = ("queries", "sets")  # how the validation mean weighs the sources 
 class TrainConfig:
     kind: str
     out: str
-    collection: str | None = None  # one source given as --collection --queries --qrels
-    queries: str | None = None
-    qrels: str | None = None
-    train: list[str] = field(default_factory=list)  # COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]
+    train: list[TrainingSet | str] = field(default_factory=list)  # sets, or their COLLECTION:TOPICS:QRELS[:W[:M]]
     self_supervised: list[str] = field(default_factory=list)  # COLLECTION[:WEIGHT]
     shape: str = "bm25"
     pseudo_queries: int = 2000  # per self-supervised collection, at most
@@ -51,14 +48,9 @@ class TrainConfig:
     def sources(self) -> list[tuple[TrainingSet | None, str, float]]:
         """(training set, or None for a self-supervised source; collection; weight) of every source, judged first."""
         out: list[tuple[TrainingSet | None, str, float]] = []
-        if self.collection or self.queries or self.qrels:
-            if not (self.collection and self.queries and self.qrels):
-                raise InputError("--collection, --queries and --qrels go together (or use --train C:T:Q)")
-            out.append((TrainingSet(collection=self.collection, topics=self.queries, qrels=self.qrels),
-                        self.collection, 1.0))
-        for text in self.train:
-            judged = TrainingSet.parse(text).checked(f"weir train {self.kind}", needs=("collection",),
-                                                     takes=("weight", "min_rel"))
+        for spec in self.train:
+            judged = TrainingSet.of(spec).checked(f"weir train {self.kind}", needs=("collection",),
+                                                  takes=("weight", "min_rel"))
             out.append((judged, judged.collection, judged.weight))
         for text in self.self_supervised:
             path, _, weight = text.partition(":") if not Path(text).exists() else (text, "", "")
@@ -67,6 +59,6 @@ class TrainConfig:
             except ValueError:
                 raise InputError(f"--self-supervised {text!r}: expected COLLECTION[:WEIGHT]") from None
         if not out:
-            raise InputError("no training data: give --train COLLECTION:TOPICS:QRELS (repeatable), --collection "
-                             "--queries --qrels, or --self-supervised COLLECTION")
+            raise InputError("no training data: give --train COLLECTION:TOPICS:QRELS (repeatable) or "
+                             "--self-supervised COLLECTION")
         return out
