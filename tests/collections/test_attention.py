@@ -49,8 +49,8 @@ def test_train_late_attention_end_to_end_on_adi(index_factory, tmp_path, capsys)
                  "--out", str(cands)]) == 0
     out = tmp_path / "model"
     assert main(["train", "attention", "--index", str(index), "--topics", str(coll / "queries.tsv"), "--qrels",
-                 str(coll / "qrels.txt"), "--candidates", str(cands), "--train-depth", "20", "--steps", "6",
-                 "--eval-every", "3", "--folds", "2", "--cv-run", str(tmp_path / "cv.trec"), "--out", str(out)]) == 0
+                 str(coll / "qrels.txt"), "--candidates", str(cands), "--set", "depth=20", "--set", "steps=6",
+                 "--set", "eval_every=3", "--folds", "2", "--cv-run", str(tmp_path / "cv.trec"), "--out", str(out)]) == 0
     card = json.loads((out / "card.json").read_text())
     assert card["interaction"] == "late" and card["metrics"]["final"]["validation_history"][0][0] == 0
     cv = Run.read_trec(tmp_path / "cv.trec")

@@ -25,7 +25,19 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser().parse_args(argv)
+    try:
+        argv = train.with_model_from_recipe(argv)  # `weir train --recipe NAME` names no MODEL: the recipe does
+    except InputError as e:
+        print(f"weir: error: {e}", file=sys.stderr)
+        return 2
+    p = parser()
+    args, unknown = p.parse_known_args(argv)
+    if unknown:  # a retired flag gets the --set that replaces it; anything else argparse's own message
+        hint = train.retired_setting_hint(argv, unknown)
+        if hint:
+            print(f"weir: error: {hint}", file=sys.stderr)
+            return 2
+        p.parse_args(argv)
     args.argv = argv  # as given, for records of what produced a result
     try:
         return args.func(args)

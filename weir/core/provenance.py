@@ -74,7 +74,7 @@ def portable(value: Any, base: str | os.PathLike | None = None) -> Any:
             return os.path.relpath(value, base)
         return value
     if isinstance(value, dict):
-        return {k: portable(v, base) for k, v in value.items()}
+        return {portable(k, base): portable(v, base) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [portable(v, base) for v in value]
     return value

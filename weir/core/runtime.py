@@ -63,10 +63,16 @@ def model_fingerprint(path: str) -> str | None:
     return digest.hexdigest()
 
 
+def cache_dir(*parts: str) -> Path:
+    """A directory of weir's cache, ``$WEIR_CACHE`` (default ``~/.cache/weir``): term vectors, quality scores, the
+    indexes and runs training builds, trained models (not created here)."""
+    return Path(os.environ.get("WEIR_CACHE") or Path.home() / ".cache" / "weir", *parts)
+
+
 def shipped_model(kind: str) -> Path:
     """The trained model directory ``models/<kind>`` of the repository, else ``$WEIR_MODELS/<kind>`` (default
     ``~/.cache/weir/models``)."""
-    for base in (MODELS, Path(os.environ.get("WEIR_MODELS", Path.home() / ".cache" / "weir" / "models"))):
+    for base in (MODELS, Path(os.environ.get("WEIR_MODELS") or cache_dir("models"))):
         if (base / kind).is_dir():
             return base / kind
     raise InputError(f"no {kind} model: train one with `weir train {kind} --out DIR` and pass --{kind}-model DIR")

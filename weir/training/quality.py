@@ -39,11 +39,11 @@ SET_FIELDS = ("collection", "topics", "qrels", "weight", "min_rel")  # of a trai
 FRACTIONS = (0.1, 0.25, 0.4, 0.5)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class QualityTrainConfig:
-    estimator: str
     train: list[TrainingSet | str]  # sets, or their COLLECTION:TOPICS:QRELS[:WEIGHT[:MIN_REL]]
     out: str
+    estimator: str = "learned"  # learned | surface
     base_model: str = "all-MiniLM-L6-v2"
     layers: int = LAYERS
     max_length: int = MAX_LENGTH

@@ -18,13 +18,14 @@ import numpy as np
 
 from weir.indexer.quality.base import QualityEstimator
 from weir.core.provenance import write_json
+from weir.core.runtime import cache_dir
 from weir.core.types import Document
 
 QUANTILES = np.round(np.linspace(0, 1, 101), 2)
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("WEIR_CACHE") or Path.home() / ".cache" / "weir") / "quality"
+    return cache_dir("quality")
 
 
 def entry(collection_sha256: str, estimator: QualityEstimator) -> Path:

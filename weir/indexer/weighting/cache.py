@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from weir.core.runtime import cache_dir
 from weir.core.types import Document
 
 TOKENIZATION_VERSION = "words-anserini-en-1"
@@ -25,7 +26,7 @@ CHUNK = 256
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("WEIR_CACHE") or Path.home() / ".cache" / "weir") / "termvectors"
+    return cache_dir("termvectors")
 
 
 def cache_key(backbone, docs: Sequence[Document]) -> str:

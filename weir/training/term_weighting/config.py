@@ -28,7 +28,7 @@ class TrainConfig:
     base_model: str = "all-MiniLM-L6-v2"
     max_length: int = MAX_LENGTH
     titles: bool = False  # DeepCT free shape: titles as pseudo-queries of their documents
-    epochs: int = 10
+    epochs: int | None = None  # None: 10 for deepimpact, 20 for deepct
     lr: float = 1e-3
     batch_size: int = 32
     negatives: int = 15
@@ -44,6 +44,10 @@ class TrainConfig:
     members: int = 1  # heads that differ only in their seed (init and draws), on one split; one head of their mean
     shrink: bool = False  # the members' mean correction shrunk towards the prior by their disagreement
     command: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.epochs is None:
+            self.epochs = 10 if self.kind == "deepimpact" else 20
 
     def sources(self) -> list[tuple[TrainingSet | None, str, float]]:
         """(training set, or None for a self-supervised source; collection; weight) of every source, judged first."""

@@ -1,0 +1,88 @@
+"""Recipes: every shipped model has one, it reads, and a trainer's settings come from it, then the command line;
+bad recipes and settings are refused with what is known; the cheap shipped models are trained again from their
+recipes bit for bit (the expensive ones: the closing notes of issue 30)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from weir.core.runtime import MODELS
+from weir.core.types import InputError
+from weir.training.recipes import Recipe, collections_dir, settings
+
+SHIPPED = ("deepct", "deepimpact", "ltr", "ltr-attention", "attention", "quality-learned", "quality-surface")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_model_has_a_recipe_of_its_trainer_with_its_cards_settings(name):
+    recipe = Recipe.load(name)
+    assert recipe.name == name and recipe.sets
+    card = json.loads((MODELS / name / "card.json").read_text(encoding="utf-8"))
+    recorded = card["parameters"]
+    for key, value in recipe.parameters.items():
+        if key == "params":  # LightGBM's: the card holds them merged with weir's defaults
+            assert {k: recorded[k] for k in value} == value
+        elif key != "min_rel" or key in recorded:
+            assert recorded.get(key, value) == value, key
+    assert all(Path(s["topics"]).parts[:len(collections_dir().parts)] == collections_dir().parts for s in recipe.sets)
+
+
+def test_settings_come_from_the_recipe_then_the_command_line(tmp_path):
+    from weir.training.term_weighting import TrainConfig
+
+    recipe = Recipe.load("deepimpact")
+    values = {**recipe.parameters, "epochs": 1, "seed": 7}
+    config = settings("deepimpact", TrainConfig, sets=recipe.sets, values=values, out=str(tmp_path), command=[])
+    assert (config.kind, config.members, config.shrink, config.epochs, config.seed) == ("deepimpact", 3, True, 1, 7)
+    assert [s.min_rel for s in config.train] == [1, 1, 2, 1, 1, 1]
+    with pytest.raises(InputError, match="no setting shrinkage.*its settings: .*shrink"):
+        settings("deepimpact", TrainConfig, sets=recipe.sets, values={"shrinkage": True}, out="x", command=[])
+
+
+def test_bad_recipes_are_refused_naming_what_is_wrong(tmp_path):
+    path = tmp_path / "recipe.toml"
+    for text, message in (('model = "bert"', "one of deepct"), ('model = "ltr"\nepochs = 3', "unknown key"),
+                          ('model = "ltr"\n[[train]]\nsplit = "x"', "unknown key.*split"), ("model = [", "not a valid")):
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(InputError, match=message):
+            Recipe.load(path)
+    with pytest.raises(InputError, match="no recipe nothing.*deepimpact"):
+        Recipe.load("nothing")
+
+
+def test_a_retired_flag_is_answered_with_the_setting_that_replaces_it(capsys):
+    from weir.cli import main
+
+    assert main(["train", "deepimpact", "--train", "a:b:c", "--shrink"]) == 2
+    assert "use --set shrink=VALUE" in capsys.readouterr().err
+
+
+@pytest.mark.data
+@pytest.mark.slow
+@pytest.mark.parametrize("name, files", [("quality-surface", ["model.txt"]), ("quality-learned", ["head.pt"])])
+def test_the_cheap_shipped_models_are_trained_again_bit_for_bit_from_their_recipes(name, files, tmp_path,
+                                                                                   monkeypatch):
+    from tests.conftest import collection
+    from weir.cli import main
+
+    monkeypatch.setenv("WEIR_COLLECTIONS", str(collection("beir-scifact").parent))
+    monkeypatch.setenv("WEIR_CACHE", str(tmp_path / "cache"))
+    assert main(["train", "--recipe", name, "--out", str(tmp_path / name)]) == 0
+    for file in files:
+        assert (tmp_path / name / file).read_bytes() == (MODELS / name / file).read_bytes()
+    card = json.loads((tmp_path / name / "card.json").read_text(encoding="utf-8"))
+    shipped = json.loads((MODELS / name / "card.json").read_text(encoding="utf-8"))
+    assert list(card["metrics"]["validation_survival"].values()) == list(
+        shipped["metrics"]["validation_survival"].values())
+    assert not [s for s in strings(card) if Path(s).is_absolute()]  # no machine's directory
+
+
+def strings(value) -> list[str]:
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in [k, *strings(v)]]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return [value] if isinstance(value, str) else []
