@@ -78,7 +78,7 @@ def run_scenario(scenario: dict) -> dict:
     from weir.service.client import SearchClient
     from weir.service.config import ServiceConfig
     from weir.service.server import BackgroundServer
-    from weir.service.sharded import ShardedServer
+    from weir.service.sharded.server import ShardedServer
 
     pipelines = sorted({p["pipeline"] for p in scenario["pipelines"]})
     common = {"port": 0, "verify_checksums": False, "pipelines": pipelines, "access_log": False}

@@ -1,4 +1,4 @@
-"""Sharded serving on Ray Serve (weir/service/sharded.py) against one server over the whole index, through gRPC: the 2-shard
+"""Sharded serving on Ray Serve (weir/service/sharded/) against one server over the whole index, through gRPC: the 2-shard
 top 10 of every SciFact test topic is the single server's (BM25, each shard replicated twice), ranks and float scores
 alike; over a shard set of ADI (``--shard-set 2``) a flat dense index, DeepImpact, the fusions hybrid and
 deepimpact+bm25, and BM25 >> attention (reranked once after the merge, on 8 queries) too; 8 concurrent callers of the

@@ -170,7 +170,7 @@ def test_cancelled_request_stops_before_its_next_stage(small_index):
         time.sleep(0.3)
         assert call.cancel()
         time.sleep(1.0)
-        assert seen == [] and s.server.service.admitted == 0
+        assert seen == [] and s.server.service.admission.admitted == 0
         assert c.search("coffee", k=2, pipeline="bm25>>ltr").hits and seen == [1]
 
 

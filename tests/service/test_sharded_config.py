@@ -1,5 +1,5 @@
 """The service config of a sharded server: shards instead of an index, the [ray] section, their checks; which
-pipelines a sharded server refuses and why (weir/service/sharded.py; the serving itself: tests/collections/)."""
+pipelines a sharded server refuses and why (weir/service/sharded/pipelines.py; the serving itself: tests/collections/)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_bad_sharded_settings_are_input_errors(values, message):
 
 def test_pipelines_that_cannot_run_over_shards_say_why():
     pytest.importorskip("ray")
-    from weir.service.sharded import unsupported_reason
+    from weir.service.sharded.pipelines import unsupported_reason
 
     assert unsupported_reason("bm25>>attention") is None and unsupported_reason("dense>>crossencoder") is None
     assert "whole-index statistics" in unsupported_reason("bm25>>ltr")
@@ -52,7 +52,8 @@ def test_a_sharded_server_refuses_deepimpact_over_shards_built_one_by_one(learne
     from weir.indexer.index_dir import Index
     from weir.indexer.shards import ShardSpec
     from weir.ranker.options import PipelineOptions
-    from weir.service.sharded import ShardedServer, refused_stages, sharded_pipelines
+    from weir.service.sharded.pipelines import refused_stages, sharded_pipelines
+    from weir.service.sharded.server import ShardedServer
 
     coll, models, _ = learned_tiny
     learned = {f"{k}_model": str(v) for k, v in models.items()}
@@ -75,7 +76,7 @@ def test_ivfpq_dense_shards_are_refused_and_the_others_still_served():
     pytest.importorskip("ray")
     from types import SimpleNamespace
 
-    from weir.service.sharded import refused_stages, unsupported_reason
+    from weir.service.sharded.pipelines import refused_stages, unsupported_reason
 
     def shards(kind):
         return [SimpleNamespace(manifest={"components": {"bm25": {}, "dense": {"index": kind}}}) for _ in range(2)]

@@ -33,7 +33,7 @@ def cmd_serve(args) -> int:
         options=options, limits={name: getattr(args, name) for name in LIMITS},
         batching={"max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms})
     if config.shards:
-        from weir.service.sharded import ShardedServer
+        from weir.service.sharded.server import ShardedServer
 
         serve(config, ShardedServer(config))
     else:
@@ -72,7 +72,7 @@ def add_parsers(sub) -> None:
                         "in flight finish.")
     sv.add_argument("--config", help="service config file (TOML)")
     sv.add_argument("--index", help="index directory (or 'index' in --config)")
-    sh = sv.add_argument_group("sharded serving on Ray Serve (instead of --index; see weir/service/sharded.py)")
+    sh = sv.add_argument_group("sharded serving on Ray Serve (instead of --index; see weir/service/sharded/)")
     sh.add_argument("--shards", metavar="DIR,DIR,...",
                     help="serve every shard of one `weir index build --shard I/N` build: a Ray Serve deployment per "
                     "shard scores as one index over the whole collection (BM25 with the shard set's statistics), the "

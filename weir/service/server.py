@@ -1,18 +1,21 @@
 """`weir serve`: the SearchService over one index on grpc.aio, with the standard health and reflection services.
 
 - **Correct under concurrency.** Pipelines are built once (per pipeline, under a lock) and run on worker threads;
-  Java is reached from one thread at a time (:mod:`weir.core.jvm`), and each query's scores do not depend on the batch it
-  ran in, so concurrent callers get exactly the answers of sequential ones.
+  Java is reached from one thread at a time (:mod:`weir.core.jvm`), and each query's scores do not depend on the
+  batch it ran in, so concurrent callers get exactly the answers of sequential ones.
 - **Micro-batching** (:mod:`weir.service.batching`): concurrent queries of one pipeline run as one batch.
-- **Bounded.** At most ``max_in_flight + max_queued`` requests are admitted; the next gets RESOURCE_EXHAUSTED at
-  once. Deadlines and cancellation are checked before every stage, and abandoned work stops there. Field limits
-  (k, depth, query length and distinct words, pipeline names, batch sizes) are INVALID_ARGUMENT with a message that
-  never repeats the input at length; only the configured pipelines are served.
+- **Bounded** (:mod:`weir.service.admission`). At most ``max_in_flight + max_queued`` requests are admitted; the
+  next gets RESOURCE_EXHAUSTED at once. Deadlines and cancellation are checked before every stage, and abandoned work
+  stops there. Field limits (:mod:`weir.service.validation`: k, depth, query length and distinct words, pipeline
+  names, batch sizes) are INVALID_ARGUMENT with a message that never repeats the input at length; only the
+  configured pipelines are served.
 - **Operable.** Loopback by default, exclusive port (a second server on a taken port exits with an error), optional
-  TLS and bearer tokens (:mod:`weir.service.auth`), Prometheus metrics and JSON access logs (:mod:`weir.service.metrics`), a
-  JVM heap sized to the index, and on SIGTERM: NOT_SERVING, UNAVAILABLE for new calls, in-flight calls drained.
+  TLS and bearer tokens (:mod:`weir.service.auth`), Prometheus metrics and JSON access logs
+  (:mod:`weir.service.metrics`), a JVM heap sized to the index, and on SIGTERM: NOT_SERVING, UNAVAILABLE for new
+  calls, in-flight calls drained.
 
-Every failure is answered with a status code and a message, never UNKNOWN (see proto/weir/v1/search.proto).
+Every failure is answered with a status code and a message that names none of this machine's paths, never UNKNOWN
+(:mod:`weir.service.failures`, proto/weir/v1/search.proto).
 """
 
 from __future__ import annotations
@@ -24,24 +27,27 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from weir.core.types import Document, Hit, InputError, Query
 from weir.indexer.index_dir import Index
 from weir.ranker import registry
 from weir.ranker.options import PipelineOptions
+from weir.service.admission import Admission
 from weir.service.auth import TokenInterceptor
 from weir.service.batching import Abandoned, Item, MicroBatcher
 from weir.service.config import ServiceConfig
+from weir.service.failures import Failure, public
 from weir.service.metrics import Metrics
 from weir.service.stubs import search_pb2, search_pb2_grpc
-from weir.core.types import InputError, Query
+from weir.service.validation import canonical, check_batch, check_query, check_request, served_pipelines
 
 log = logging.getLogger("weir.service")
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
-DEFAULT_K = 10
 
 
 def _pruning(record: dict | None):
@@ -54,46 +60,39 @@ def _pruning(record: dict | None):
                               documents_scored=record["documents_scored"], documents_pruned=record["pruned"], **rule)
 
 
-class Failure(Exception):
-    """An answer with a status code other than OK."""
+class Answer(NamedTuple):
+    """One query's result of a batch: its hits, the stored documents of its hits (when it asked for their text), the
+    batch's stage timings and size."""
 
-    def __init__(self, code: grpc.StatusCode, message: str):
-        super().__init__(message)
-        self.code, self.message = code, message
+    hits: list[Hit]
+    documents: dict[str, Document | None]
+    timings: dict[str, float]
+    batch: int
 
-
-def _short(text: str, limit: int = 60) -> str:
-    """``text`` quoted, cut to ``limit`` characters (error messages never repeat an input at length)."""
-    return repr(text if len(text) <= limit else text[:limit] + "…")
+    @classmethod
+    def of(cls, item: Item, hits: list[Hit], documents: dict[str, Document], timings: dict[str, float],
+           batch: int) -> Answer:
+        return cls(hits, {h.doc_id: documents.get(h.doc_id) for h in hits} if item.include_text else {}, timings, batch)
 
 
 class SearchService(search_pb2_grpc.SearchServiceServicer):
-    def __init__(self, config: ServiceConfig, index: Index, options: PipelineOptions, metrics: Metrics):
-        self.config, self.index, self.limits, self.metrics = config, index, config.limits, metrics
-        self.cache = registry.PipelineCache(index, options)
-        self.allowed = self._allowed_pipelines(options)
-        self._start_admission("weir-pipeline")
+    """The SearchService over one index: each call checked, admitted, and run in micro-batches of its pipeline."""
 
-    def _start_admission(self, thread_prefix: str) -> None:
-        """The worker threads, the micro-batcher and the admission state that every servicer runs its batches with."""
-        config = self.config
+    def __init__(self, config: ServiceConfig, index: Index, options: PipelineOptions, metrics: Metrics):
+        self.index = index
+        self.cache = registry.PipelineCache(index, options)
+        self.directories = [(index.path, "<index>")]  # hidden from error messages
+        allowed = served_pipelines(config.pipelines, config.default_pipeline,
+                                   lambda: registry.supported(index, options))
+        self._start(config, metrics, allowed, "weir-pipeline")
+
+    def _start(self, config: ServiceConfig, metrics: Metrics, allowed: tuple[str, ...], thread_prefix: str) -> None:
+        """What every servicer runs its batches with: the worker threads, the micro-batcher, the admission."""
+        self.config, self.limits, self.metrics, self.allowed = config, config.limits, metrics, allowed
         self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix=thread_prefix)
         self.batcher = MicroBatcher(self._run_batch, self.executor, workers=config.workers,
                                     max_batch=config.batching.max_batch, max_wait=config.batching.max_wait_ms / 1000)
-        self.admitted = 0
-        self.draining = False
-        self.idle = asyncio.Event()
-        self.idle.set()
-
-    def _allowed_pipelines(self, options: PipelineOptions) -> tuple[str, ...]:
-        if self.config.pipelines is None:
-            allowed = registry.supported(self.index, options)
-        else:
-            allowed = [">>".join(registry.parse(p)) for p in self.config.pipelines]
-        default = ">>".join(registry.parse(self.config.default_pipeline))
-        if default not in allowed:
-            raise InputError(f"the default pipeline {default!r} is not among the served ones: {', '.join(allowed)}")
-        return tuple(dict.fromkeys(allowed))
+        self.admission = Admission(config.limits, self.batcher, metrics)
 
     def warm_up(self) -> None:
         """Build the default pipeline and run it once, and open the store of documents (the JVM and pyserini's
@@ -124,101 +123,35 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             if q.id not in run and not by_id[q.id].wanted(time.monotonic()):
                 out.append(Abandoned())
                 continue
-            hits = run.get(q.id, [])
-            out.append((hits, {h.doc_id: docs.get(h.doc_id) for h in hits} if item.include_text else {},
-                        run.timings, len(items)))
+            out.append(Answer.of(item, run.get(q.id, []), docs, run.timings, len(items)))
         return out
-
-    def _public(self, message: str) -> str:
-        """``message`` without this machine's paths (the index directory, the repository)."""
-        from weir.core.runtime import PACKAGE
-
-        for path, name in ((self.index.path.resolve(), "<index>"), (self.index.path, "<index>"), (PACKAGE, "<weir>")):
-            message = message.replace(str(path), name)
-        return message
 
     # --- requests ----------------------------------------------------------------------------------------------
 
-    def _check_query(self, text: str) -> str:
-        from weir.indexer.weighting.terms import words
-
-        text = text.strip()
-        if not text:
-            raise Failure(grpc.StatusCode.INVALID_ARGUMENT, "query is empty")
-        if len(text) > self.limits.max_query_chars:
-            raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"query is longer than {self.limits.max_query_chars} characters ({len(text)})")
-        terms = len({w.lower() for w in words(text)})
-        if terms > self.limits.max_query_terms:
-            raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"query has {terms} distinct words; at most {self.limits.max_query_terms}")
-        return text
-
     def _check(self, request) -> tuple[str, int, int | None]:
         """(pipeline, k, depth) of a valid request; Failure(INVALID_ARGUMENT) naming the first bad field."""
-        limits = self.limits
-        k = request.k if request.HasField("k") else DEFAULT_K
-        if not 1 <= k <= limits.max_k:
-            raise Failure(grpc.StatusCode.INVALID_ARGUMENT, f"k must be between 1 and {limits.max_k} (got {k})")
-        if not 0 <= request.depth <= limits.max_depth:
-            raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"depth must be between 0 and {limits.max_depth} (got {request.depth})")
-        spec = request.pipeline.strip() or self.config.default_pipeline
-        if len(spec) > limits.max_pipeline_chars:
-            raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"pipeline name is longer than {limits.max_pipeline_chars} characters ({len(spec)})")
-        try:
-            spec = ">>".join(registry.parse(spec))
-        except InputError as e:
-            raise Failure(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
-        if spec not in self.allowed:
-            raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"pipeline {_short(spec)} is not served here; served: {', '.join(self.allowed)}")
-        return spec, k, request.depth or None
+        return check_request(request, self.limits, self.config.default_pipeline, self.allowed)
 
-    async def _answer(self, request, texts: list[str], context) -> tuple[str, list]:
-        """Admit, validate and run ``texts`` through the request's pipeline; per text (hits, docs, timings, batch)."""
-        if self.draining:
-            raise Failure(grpc.StatusCode.UNAVAILABLE, "the server is shutting down; try another replica")
+    async def _answer(self, request, texts: list[str], context) -> tuple[str, list[Answer]]:
+        """Admit, validate and run ``texts`` through the request's pipeline; an answer per text."""
+        self.admission.check_open()
         spec, k, depth = self._check(request)
-        texts = [self._check_query(t) for t in texts]
-        limit = self.limits.max_in_flight + self.limits.max_queued
-        if self.admitted >= limit:
-            self.metrics.rejected.labels("overload").inc()
-            raise Failure(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"the server has {self.admitted} requests in flight or queued (limit {limit}); retry later")
-        remaining = context.time_remaining()
-        deadline = time.monotonic() + remaining if remaining is not None else None
-        items = [Item(t, request.include_text, deadline) for t in texts]
-        self.admitted += 1
-        self.idle.clear()
-        self.metrics.in_flight.set(self.admitted)
+        texts = [check_query(t, self.limits) for t in texts]
         try:
-            results = await asyncio.wait_for(self.batcher.submit((spec, k, depth), items), timeout=remaining)
-        except (asyncio.TimeoutError, Abandoned):
-            for item in items:
-                item.abandoned.set()
-            raise Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed; the work for it stopped") from None
+            results = await self.admission.run((spec, k, depth), texts, request.include_text, context.time_remaining())
         except InputError as e:  # e.g. a pipeline whose model or index component is missing
-            raise Failure(grpc.StatusCode.FAILED_PRECONDITION, self._public(str(e))) from None
-        finally:
-            self.admitted -= 1
-            self.metrics.in_flight.set(self.admitted)
-            self.metrics.queued.set(self.batcher.queued)
-            if self.admitted == 0:
-                self.idle.set()
+            raise Failure(grpc.StatusCode.FAILED_PRECONDITION, public(str(e), self.directories)) from None
         return spec, results
 
     @staticmethod
-    def _response(spec: str, result) -> search_pb2.SearchResponse:
-        hits, docs, timings, batch = result
-        response = search_pb2.SearchResponse(pipeline=spec, batch_size=batch)
-        for h in hits:
-            doc = docs.get(h.doc_id)
+    def _response(spec: str, answer: Answer) -> search_pb2.SearchResponse:
+        response = search_pb2.SearchResponse(pipeline=spec, batch_size=answer.batch)
+        for h in answer.hits:
+            doc = answer.documents.get(h.doc_id)
             response.hits.append(search_pb2.Hit(doc_id=h.doc_id, score=h.score, rank=h.rank,
                                                 stage_scores=h.stage_scores, title=doc.title if doc else "",
                                                 text=doc.text if doc else ""))
-        for stage, seconds in timings.items():
+        for stage, seconds in answer.timings.items():
             response.timings.append(search_pb2.StageTiming(stage=stage, milliseconds=seconds * 1000))
         return response
 
@@ -254,9 +187,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
     async def BatchSearch(self, request, context):
         async def work():
             n = len(request.queries)
-            if not 1 <= n <= self.limits.max_batch_queries:
-                raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"a batch holds 1 to {self.limits.max_batch_queries} queries (got {n})")
+            check_batch(n, self.limits)
             spec, results = await self._answer(request, list(request.queries), context)
             return (search_pb2.BatchSearchResponse(pipeline=spec, results=[self._response(spec, r) for r in results]),
                     {"pipeline": spec, "queries": n})
@@ -274,7 +205,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                 first_stages=sorted(registry.FIRST_STAGES), rerankers=sorted(registry.RERANKERS),
                 collection=m["collection"]["name"], documents=self._documents(),
                 components=list(m["components"]), pipelines=list(self.allowed),
-                default_pipeline=">>".join(registry.parse(self.config.default_pipeline)),
+                default_pipeline=canonical(self.config.default_pipeline),
                 limits=search_pb2.Limits(max_k=limits.max_k, max_depth=limits.max_depth,
                                          max_query_chars=limits.max_query_chars,
                                          max_query_terms=limits.max_query_terms,
@@ -357,14 +288,12 @@ class Server:
     async def drain(self, grace: float | None = None) -> None:
         """Stop taking calls (NOT_SERVING; new calls: UNAVAILABLE), let those in flight finish (at most ``grace``
         seconds), then stop."""
-        self.service.draining = True
+        admission = self.service.admission
+        admission.close()
         await self.health.enter_graceful_shutdown()
         grace = self.config.grace_seconds if grace is None else grace
-        if not self.service.idle.is_set():
-            try:
-                await asyncio.wait_for(self.service.idle.wait(), timeout=grace)
-            except asyncio.TimeoutError:
-                log.warning("%d call(s) still running after %.0f s; stopping", self.service.admitted, grace)
+        if not await admission.wait_idle(grace):
+            log.warning("%d call(s) still running after %.0f s; stopping", admission.admitted, grace)
         await self.server.stop(grace=1.0)
         self.service.executor.shutdown(wait=False, cancel_futures=True)
 
@@ -414,7 +343,7 @@ class BackgroundServer:
         asyncio.run_coroutine_threadsafe(self.server.drain(grace), self.loop).result()
 
     def __exit__(self, *exc) -> None:
-        if self.server.server is not None and not self.server.service.draining:
+        if self.server.server is not None and not self.server.service.admission.draining:
             self.drain(grace=0)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)

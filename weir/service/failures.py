@@ -1,0 +1,29 @@
+"""What a caller is told when a call fails: :class:`Failure`, a gRPC status code other than OK with its message, and
+:func:`public`, a message without this machine's paths. The servicers map every failure to one of these (never
+UNKNOWN, see proto/weir/v1/search.proto)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import grpc
+
+from weir.core.runtime import PACKAGE
+
+
+class Failure(Exception):
+    """An answer with a status code other than OK."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def public(message: str, directories: Iterable[tuple[Path, str]]) -> str:
+    """``message`` without this machine's paths: each of ``directories`` (as given and resolved) shown as its name
+    (``<index>``, ``<shard>``), weir's package directory as ``<weir>``."""
+    for path, name in directories:
+        for spelling in (path.resolve(), path):
+            message = message.replace(str(spelling), name)
+    return message.replace(str(PACKAGE), "<weir>")

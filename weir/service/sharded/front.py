@@ -1,0 +1,188 @@
+"""The front of sharded serving: the single server's servicer (:class:`weir.service.server.SearchService`:
+validation, limits, admission, deadlines, micro-batching, every status code) whose batches scatter the first stage
+to every shard deployment, merge the shards' top k by (score, doc id) into the whole collection's top k, fuse there
+what a fusion fuses, rerank once in the reranker deployments, and read the stored text from the shards that hold
+it."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+
+from weir.core.types import Document, Hit, InputError, Run
+from weir.ranker import registry
+from weir.service.batching import Abandoned, Item
+from weir.service.config import ServiceConfig
+from weir.service.failures import Failure
+from weir.service.metrics import Metrics
+from weir.service.server import Answer, SearchService
+from weir.service.sharded.pipelines import Plan, unsupported_reason
+
+log = logging.getLogger("weir.service.sharded")
+
+
+def _wanted(items: list[Item], rows: list[int]) -> list[int]:
+    """Those of ``rows`` whose queries are still wanted (their callers there, their deadlines ahead)."""
+    now = time.monotonic()
+    return [i for i in rows if items[i].wanted(now)]
+
+
+class ShardedSearchService(SearchService):
+    """:class:`SearchService` whose batches run over shard and reranker deployments (see
+    :mod:`weir.service.sharded`)."""
+
+    def __init__(self, config: ServiceConfig, plan: Plan, metrics: Metrics, searchers: list, rerankers: dict):
+        self.shards, self.index = plan.shards, plan.shards[0]
+        self.options, self.refused, self.fusions = plan.options, plan.refused, plan.fusions
+        self.searchers, self.rerankers = searchers, rerankers
+        self.directories = [(shard.path, "<shard>") for shard in plan.shards]  # hidden from error messages
+        self._start(config, metrics, plan.served, "weir-front")
+
+    def _check(self, request):
+        try:
+            return super()._check(request)
+        except Failure as f:
+            spec = request.pipeline.strip()
+            try:
+                reason = unsupported_reason(spec, self.refused) if spec else None
+            except InputError:
+                reason = None
+            if reason:
+                raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"{reason}; served: {', '.join(self.allowed)}") from None
+            raise f
+
+    def warm_up(self) -> None:
+        self._run_batch((self.config.default_pipeline, 1, None), [Item("warm up")])
+
+    # --- one batch, on a worker thread of the front --------------------------------------------------------------
+
+    @staticmethod
+    def _timeout(items: list[Item]) -> float | None:
+        deadlines = [i.deadline for i in items]
+        if any(d is None for d in deadlines):
+            return None
+        return max(0.001, max(deadlines) - time.monotonic())
+
+    @staticmethod
+    def _result(response, timeout: float | None, what: str):
+        try:
+            return response.result(timeout_s=timeout)
+        except TimeoutError:
+            raise Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed; the work for it stopped") from None
+        except Exception as e:  # a replica that failed or died: Ray's error, logged here, not shown to callers
+            log.error("%s failed: %s", what, e)
+            raise Failure(grpc.StatusCode.UNAVAILABLE, f"{what} failed or is unavailable; try again") from None
+
+    def _hand_on(self, names: list[str], position: int, k: int, depth: int | None) -> int:
+        """How many hits stage ``position`` of ``names`` hands on, as a Pipeline does: what the next stage reranks."""
+        if position == len(names) - 1:
+            return k
+        following = getattr(self.options, registry.RERANKERS[names[position + 1]].options).depth
+        return max(k, depth or following)
+
+    def _run_batch(self, key, items: list[Item]) -> list:
+        spec, k, depth = key
+        names = registry.parse(spec)
+        timings: dict[str, float] = {}
+        results: dict[int, list[tuple]] = {}  # per item still wanted, its (doc_id, score, stage_scores), best first
+        owner: dict[str, int] = {}  # which shard holds each hit
+        live = _wanted(items, list(range(len(items))))
+        if live:
+            start = time.perf_counter()
+            timeout = self._timeout([items[i] for i in live])
+            lists = self._first_stage(names[0], [items[i].query for i in live], self._hand_on(names, 0, k, depth),
+                                      timeout, owner)
+            results.update(zip(live, lists))
+            timings[names[0]] = time.perf_counter() - start
+        for position, name in enumerate(names[1:], start=1):  # each reranker once
+            live = _wanted(items, live)
+            if not live:
+                break
+            start = time.perf_counter()
+            self._rerank(name, items, live, results, self._hand_on(names, position, k, depth), depth)
+            timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+        live = _wanted(items, live)
+        self.metrics.batch(spec, len(items), timings)
+        docs = self._stored(items, live, results, owner)
+        alive = set(live)
+        return [Answer.of(item, [Hit(d, s, r, dict(st)) for r, (d, s, st) in enumerate(results[i], start=1)], docs,
+                          timings, len(items)) if i in alive else Abandoned() for i, item in enumerate(items)]
+
+    def _first_stage(self, first: str, texts: list[str], n: int, timeout: float | None,
+                     owner: dict[str, int]) -> list[list[tuple]]:
+        """Per text, the whole collection's top ``n`` of first stage ``first`` as (doc_id, score, stage_scores):
+        scattered to every shard, merged by (score, doc id); a fusion fuses the merged lists."""
+        if first in self.fusions:
+            return self._fused(first, texts, n, timeout, owner)
+        return [[(d, s, {first: s}) for d, s in hits] for hits in self._scatter(first, texts, n, timeout, owner)]
+
+    def _rerank(self, name: str, items: list[Item], live: list[int], results: dict[int, list[tuple]], n: int,
+                depth: int | None) -> None:
+        """Rerank the ``results`` of the ``live`` items with reranker ``name`` (in place), each query a request of
+        its own that ``@serve.batch`` batches with the requests of other batches."""
+        timeout = self._timeout([items[i] for i in live])
+        handle = self.rerankers[name]
+        calls = [(i, handle.rerank.remote((items[i].query, results[i], n, depth or 0))) for i in live]
+        for i, call in calls:
+            results[i], _ = self._result(call, timeout, f"reranker {name}")
+
+    def _stored(self, items: list[Item], live: list[int], results: dict[int, list[tuple]],
+                owner: dict[str, int]) -> dict[str, Document]:
+        """The stored documents of the hits of the ``live`` items that asked for text, each read from its shard."""
+        docs: dict[str, Document] = {}
+        wanted = [d for i in live if items[i].include_text for d, _, _ in results[i]]
+        if wanted:
+            by_shard: dict[int, list[str]] = {}
+            for d in dict.fromkeys(wanted):
+                by_shard.setdefault(owner[d], []).append(d)
+            timeout = self._timeout([items[i] for i in live])
+            calls = [(j, self.searchers[j].documents.remote(ids)) for j, ids in by_shard.items()]
+            for j, call in calls:
+                docs.update((d, Document(d, t, x)) for d, (t, x) in self._result(call, timeout, f"shard {j}").items())
+        return docs
+
+    def _send(self, stage: str, texts: list[str], n: int) -> list:
+        """Ask every shard for its top ``n`` of ``stage`` per text (the calls run while the caller sends others)."""
+        return [s.search.remote(stage, texts, n) for s in self.searchers]
+
+    def _scatter(self, stage: str, texts: list[str], n: int, timeout: float | None,
+                 owner: dict[str, int], calls: list | None = None) -> list[list[tuple[str, float]]]:
+        """Per text, the whole collection's top ``n`` of ``stage``: every shard's top ``n`` (``calls`` already
+        sent, else sent now), merged by (score, doc id); ``owner`` learns which shard holds each hit."""
+        calls = calls if calls is not None else self._send(stage, texts, n)
+        per_shard = [self._result(c, timeout, f"shard {j}") for j, c in enumerate(calls)]
+        out = []
+        for row in range(len(texts)):
+            merged = []
+            for j, hits in enumerate(per_shard):
+                merged.extend(hits[row])
+                owner.update((d, j) for d, _ in hits[row])
+            merged.sort(key=lambda h: (-h[1], h[0]))
+            out.append(merged[:n])
+        return out
+
+    def _fused(self, name: str, texts: list[str], n: int, timeout: float | None,
+               owner: dict[str, int]) -> list[list[tuple]]:
+        """``hybrid`` or ``deepimpact+bm25`` over shards: each fused stage's whole-collection list (its shards'
+        merged top k, to the stage's depth), fused as one index fuses them
+        (:func:`weir.ranker.retrievers.hybrid.fuse_runs`, with the settings the first shard's index gives: tuned,
+        from the DeepImpact card, or default)."""
+        from weir.ranker.retrievers.hybrid import fuse_runs
+
+        settings = self.fusions[name]
+        depth = max(settings["depth"], n)
+        sent = [self._send(stage, texts, depth) for stage in settings["stages"]]  # every stage's calls at once
+        runs = []
+        for stage, calls in zip(settings["stages"], sent):
+            lists = self._scatter(stage, texts, depth, timeout, owner, calls)
+            runs.append(Run({f"q{row}": [Hit(d, s, r, {stage: s}) for r, (d, s) in enumerate(hits, start=1)]
+                             for row, hits in enumerate(lists)}))
+        fused = fuse_runs(runs, method=settings["method"], weights=settings["weights"], k=settings["rrf_k"],
+                          depth=n, name=name)
+        return [[(h.doc_id, h.score, h.stage_scores) for h in fused.get(f"q{row}", [])] for row in range(len(texts))]
+
+    def _documents(self) -> int:
+        return sum(s.num_docs for s in self.shards)
