@@ -40,25 +40,18 @@ def build(collection: Path, out: Path, extra: list[str]) -> str:
     return f"{float(seconds):.1f} s, peak RSS {int(rss) / 2**20:.2f} GiB"
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--collection", default="beir-scifact")
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--work", default="/tmp/weir-shard-set", help="where the indexes are built (reused when there)")
     ap.add_argument("--depth", type=int, default=1000, help="hits per stage merged and fused (default 1000)")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    from weir.indexer.collections import Collection
-    from weir.indexer.index_dir import Index
-    from weir.indexer.shards import global_statistics
-    from weir.evaluation.measures import evaluate
-    from weir.ranker.options import PipelineOptions
-    from weir.ranker.retrievers.bm25 import BM25
-    from weir.ranker.retrievers.hybrid import fuse_runs, impact_fusion_settings
-    from weir.ranker.retrievers.learned_sparse import ImpactRetriever
-    from weir.core.trec import read_qrels
-    from weir.core.types import Hit, Run
 
+def build_layouts(args: argparse.Namespace) -> list[tuple[str, list[Path]]]:
+    """Build the whole index, the shard set and the shards built one by one (printing each build); the two
+    layouts of shards, each with its label."""
     root = COLLECTIONS / args.collection
     work, n = Path(args.work), args.shards
     work.mkdir(parents=True, exist_ok=True)
@@ -66,54 +59,96 @@ def main() -> int:
     print(f"shard set of {n}: {build(root, work / f'set-{n}', ['--shard-set', str(n)])}")
     for i in range(n):
         print(f"shard {i}/{n} built alone: {build(root, work / f'alone-{i}-of-{n}', ['--shard', f'{i}/{n}'])}")
+    return [(f"shard set (--shard-set {n})", [work / f"set-{n}" / f"shard-{i}-of-{n}" for i in range(n)]),
+            (f"built one by one (--shard I/{n})", [work / f"alone-{i}-of-{n}" for i in range(n)])]
 
-    coll = Collection.open(root)
-    topics = coll.topics("test")
-    qrels = read_qrels(root / "qrels.txt")
-    texts = [q.text for q in topics]
-    whole = Index(work / "whole")
-    settings = impact_fusion_settings(whole, PipelineOptions().deepimpact_bm25)
 
-    def run_of(lists, name: str) -> Run:
+def impact_scale(index) -> float:
+    return index.manifest["components"]["deepimpact"]["parameters"]["quantization"]["scale"]
+
+
+class Comparison:
+    """The whole index's deepimpact and deepimpact+bm25 answers on the test topics, and a layout of shards compared
+    with them (merged by score, then id, and fused with the whole index's settings, as the sharded front does)."""
+
+    def __init__(self, collection: str, whole: Path, depth: int):
+        from weir.core.trec import read_qrels
+        from weir.indexer.collections import Collection
+        from weir.indexer.index_dir import Index
+        from weir.ranker.options import PipelineOptions
+        from weir.ranker.retrievers.bm25 import BM25
+        from weir.ranker.retrievers.hybrid import impact_fusion_settings
+        from weir.ranker.retrievers.learned_sparse import ImpactRetriever
+
+        root = COLLECTIONS / collection
+        self.topics = Collection.open(root).topics("test")
+        self.qrels = read_qrels(root / "qrels.txt")
+        self.texts = [q.text for q in self.topics]
+        self.depth = depth
+        self.whole = Index(whole)
+        self.settings = impact_fusion_settings(self.whole, PipelineOptions().deepimpact_bm25)
+        self.impact = ImpactRetriever(self.whole).search(self.texts, depth)
+        self.fusion = self.fused(self.impact, BM25(self.whole).search(self.texts, depth))
+
+    def run_of(self, lists, name: str):
+        from weir.core.types import Hit, Run
+
         return Run({q.id: [Hit(d, s, r, {name: s}) for r, (d, s) in enumerate(hits, start=1)]
-                    for q, hits in zip(topics, lists)})
+                    for q, hits in zip(self.topics, lists)})
 
-    def merged(per_shard) -> list[list[tuple[str, float]]]:
-        return [sorted((h for found in per_shard for h in found[row]), key=lambda h: (-h[1], h[0]))[:args.depth]
-                for row in range(len(texts))]
+    def merged(self, per_shard) -> list[list[tuple[str, float]]]:
+        return [sorted((h for found in per_shard for h in found[row]), key=lambda h: (-h[1], h[0]))[:self.depth]
+                for row in range(len(self.texts))]
 
-    def fused(impact, bm25) -> Run:
-        return fuse_runs([run_of(impact, "deepimpact"), run_of(bm25, "bm25")], method=settings["method"],
-                         weights=settings["weights"], depth=10, name="deepimpact+bm25")
+    def fused(self, impact, bm25):
+        from weir.ranker.retrievers.hybrid import fuse_runs
 
-    def ndcg(run: Run) -> float:
-        return evaluate(run, qrels, ["nDCG@10"])["nDCG@10"]
+        return fuse_runs([self.run_of(impact, "deepimpact"), self.run_of(bm25, "bm25")],
+                         method=self.settings["method"], weights=self.settings["weights"], depth=10,
+                         name="deepimpact+bm25")
 
-    scale = whole.manifest["components"]["deepimpact"]["parameters"]["quantization"]["scale"]
-    ref_impact, ref_bm25 = ImpactRetriever(whole).search(texts, args.depth), BM25(whole).search(texts, args.depth)
-    ref_fused = fused(ref_impact, ref_bm25)
-    print(f"\n{len(texts)} test topics; deepimpact+bm25 fused by {settings['method']} {settings['weights']}\n")
-    print("| layout | impact scales | deepimpact: top 10 = whole (ids, scores / ids in order) | nDCG@10 | "
-          "deepimpact+bm25: top 10 = whole | nDCG@10 |")
-    print("|---|---|---|---:|---|---:|")
-    print(f"| whole index | {scale:.4f} | - | {ndcg(run_of([h[:10] for h in ref_impact], 'd')):.4f} | - | "
-          f"{ndcg(ref_fused):.4f} |")
-    layouts = [(f"shard set (--shard-set {n})", [work / f"set-{n}" / f"shard-{i}-of-{n}" for i in range(n)]),
-               (f"built one by one (--shard I/{n})", [work / f"alone-{i}-of-{n}" for i in range(n)])]
-    for label, parts in layouts:
+    def ndcg(self, run) -> float:
+        from weir.evaluation.measures import evaluate
+
+        return evaluate(run, self.qrels, ["nDCG@10"])["nDCG@10"]
+
+    def print_header(self) -> None:
+        print(f"\n{len(self.texts)} test topics; deepimpact+bm25 fused by {self.settings['method']} "
+              f"{self.settings['weights']}\n")
+        print("| layout | impact scales | deepimpact: top 10 = whole (ids, scores / ids in order) | nDCG@10 | "
+              "deepimpact+bm25: top 10 = whole | nDCG@10 |")
+        print("|---|---|---|---:|---|---:|")
+        print(f"| whole index | {impact_scale(self.whole):.4f} | - | "
+              f"{self.ndcg(self.run_of([h[:10] for h in self.impact], 'd')):.4f} | - | {self.ndcg(self.fusion):.4f} |")
+
+    def print_layout(self, label: str, parts: list[Path]) -> None:
+        from weir.indexer.index_dir import Index
+        from weir.indexer.shards import global_statistics
+        from weir.ranker.retrievers.bm25 import BM25
+        from weir.ranker.retrievers.learned_sparse import ImpactRetriever
+
         shards = [Index(p) for p in parts]
-        scales = [s.manifest["components"]["deepimpact"]["parameters"]["quantization"]["scale"] for s in shards]
-        impact = merged([ImpactRetriever(s).search(texts, args.depth) for s in shards])
-        bm25 = merged([BM25(s, statistics=t).search(texts, args.depth)
-                       for s, t in zip(shards, global_statistics(parts))])
-        fusion = fused(impact, bm25)
-        same = sum(a[:10] == b[:10] for a, b in zip(impact, ref_impact))
-        order = sum([d for d, _ in a[:10]] == [d for d, _ in b[:10]] for a, b in zip(impact, ref_impact))
-        same_f = sum([(h.doc_id, h.score) for h in fusion[q.id]] == [(h.doc_id, h.score) for h in ref_fused[q.id]]
-                     for q in topics)
-        order_f = sum([h.doc_id for h in fusion[q.id]] == [h.doc_id for h in ref_fused[q.id]] for q in topics)
-        print(f"| {label} | {', '.join(f'{x:.4f}' for x in scales)} | {same} / {order} | "
-              f"{ndcg(run_of([h[:10] for h in impact], 'd')):.4f} | {same_f} / {order_f} | {ndcg(fusion):.4f} |")
+        impact = self.merged([ImpactRetriever(s).search(self.texts, self.depth) for s in shards])
+        bm25 = self.merged([BM25(s, statistics=t).search(self.texts, self.depth)
+                            for s, t in zip(shards, global_statistics(parts))])
+        fusion = self.fused(impact, bm25)
+        same = sum(a[:10] == b[:10] for a, b in zip(impact, self.impact))
+        order = sum([d for d, _ in a[:10]] == [d for d, _ in b[:10]] for a, b in zip(impact, self.impact))
+        same_f = sum([(h.doc_id, h.score) for h in fusion[q.id]] == [(h.doc_id, h.score) for h in self.fusion[q.id]]
+                     for q in self.topics)
+        order_f = sum([h.doc_id for h in fusion[q.id]] == [h.doc_id for h in self.fusion[q.id]] for q in self.topics)
+        print(f"| {label} | {', '.join(f'{impact_scale(s):.4f}' for s in shards)} | {same} / {order} | "
+              f"{self.ndcg(self.run_of([h[:10] for h in impact], 'd')):.4f} | {same_f} / {order_f} | "
+              f"{self.ndcg(fusion):.4f} |")
+
+
+def main() -> int:
+    args = parse_args()
+    layouts = build_layouts(args)
+    comparison = Comparison(args.collection, Path(args.work) / "whole", args.depth)
+    comparison.print_header()
+    for label, parts in layouts:
+        comparison.print_layout(label, parts)
     return 0
 
 
