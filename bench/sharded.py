@@ -82,7 +82,7 @@ def _build(collection: Path, root: Path, shards: int) -> tuple[str, list[str]]:
     return str(whole), parts
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--collection", default="beir-scifact")
     ap.add_argument("--index", help="the whole index (default: built with the shards in a temporary directory)")
@@ -99,62 +99,70 @@ def main() -> int:
     ap.add_argument("--shard-replicas", type=int, default=1)
     ap.add_argument("--reranker-replicas", type=int, default=1)
     ap.add_argument("--no-namespace", action="store_true", help="do not re-execute in a loopback-only namespace")
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def in_namespace(args: argparse.Namespace) -> int | None:
+    """As root (with ``unshare``), run this benchmark again in a loopback-only network namespace and return its exit
+    status; None when it runs here."""
     if (not args.no_namespace and os.environ.get(NAMESPACE_FLAG) != "1" and os.geteuid() == 0
             and shutil.which("unshare")):
         command = " ".join(f"'{a}'" for a in [sys.executable, *sys.argv])
         env = {**os.environ, NAMESPACE_FLAG: "1"}
         return subprocess.call(["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {command}"], env=env)
-    where = "a loopback-only network namespace" if os.environ.get(NAMESPACE_FLAG) == "1" else "this network namespace"
+    return None
 
-    from weir.indexer.collections import Collection
 
-    collection = COLLECTIONS / args.collection
-    topics = [q.text for q in Collection.open(collection).topics("test")]
-    pipelines = [p.strip() for p in args.pipelines.split(",") if p.strip()]
-    levels = [int(c) for c in args.concurrency.split(",")]
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.index:
-            if not args.shard_dirs:
-                raise SystemExit("--index needs --shard-dirs")
-            whole, parts = args.index, [p.strip() for p in args.shard_dirs.split(",")]
-        else:
-            t = time.perf_counter()
-            whole, parts = _build(collection, Path(tmp), args.shards)
-            print(f"built the whole index and {args.shards} shards of {args.collection} in "
-                  f"{time.perf_counter() - t:.0f}s", flush=True)
-        served = ["--pipelines", ",".join(pipelines), "--default-pipeline", pipelines[0]]
-        if args.depth:
-            served += ["--depth", str(args.depth)]
-        single = Process(["--index", whole, *served], "weir serve --index")
-        sharded = Process(["--shards", ",".join(parts), "--ray-num-cpus", str(args.ray_num_cpus),
-                           "--shard-replicas", str(args.shard_replicas),
-                           "--reranker-replicas", str(args.reranker_replicas), *served], "weir serve --shards")
-        print(f"in {where}; {len(topics)} topics; single server up in {single.start_seconds:.0f}s, sharded front "
-              f"({len(parts)} shards x {args.shard_replicas} replica(s), Ray {args.ray_num_cpus} CPUs) in "
-              f"{sharded.start_seconds:.0f}s; {args.seconds:.0f}s per phase, {args.rounds} rounds", flush=True)
-        results: dict[tuple, list[dict]] = {}
-        try:
-            for pipeline in pipelines:  # warm-up: every topic once through each
-                for server in (single, sharded):
-                    drive(server.port, topics, pipeline, 2, 3, k=args.k, depth=args.depth, timeout=args.timeout)
-            print("| round | pipeline | callers | server | calls | queries/s | p50 ms | p95 ms | codes |")
-            print("|---|---|---|---|---|---|---|---|---|")
-            for r in range(args.rounds):
-                for pipeline in pipelines:
-                    for c in levels:
-                        order = [("single", single), ("sharded", sharded)]
-                        for name, server in order if r % 2 == 0 else order[::-1]:
-                            res = drive(server.port, topics, pipeline, c, args.seconds, k=args.k, depth=args.depth,
-                                        timeout=args.timeout)
-                            results.setdefault((pipeline, c, name), []).append(res)
-                            codes = ", ".join(f"{k} {v}" for k, v in sorted(res["codes"].items()))
-                            print(f"| {r + 1} | {pipeline} | {c} | {name} | {res['calls']} | {res['qps']:.1f} | "
-                                  f"{res['p50']:.1f} | {res['p95']:.1f} | {codes} |", flush=True)
-        finally:
-            sharded.close()
-            single.close()
+def indexes(args: argparse.Namespace, collection: Path, tmp: str) -> tuple[str, list[str]]:
+    """The whole index and its shards: those given, else built in ``tmp``."""
+    if args.index:
+        if not args.shard_dirs:
+            raise SystemExit("--index needs --shard-dirs")
+        return args.index, [p.strip() for p in args.shard_dirs.split(",")]
+    t = time.perf_counter()
+    whole, parts = _build(collection, Path(tmp), args.shards)
+    print(f"built the whole index and {args.shards} shards of {args.collection} in "
+          f"{time.perf_counter() - t:.0f}s", flush=True)
+    return whole, parts
+
+
+def start_servers(args: argparse.Namespace, whole: str, parts: list[str], pipelines: list[str]) -> tuple:
+    """`weir serve --index WHOLE` and `weir serve --shards ...`, serving ``pipelines``."""
+    served = ["--pipelines", ",".join(pipelines), "--default-pipeline", pipelines[0]]
+    if args.depth:
+        served += ["--depth", str(args.depth)]
+    single = Process(["--index", whole, *served], "weir serve --index")
+    sharded = Process(["--shards", ",".join(parts), "--ray-num-cpus", str(args.ray_num_cpus),
+                       "--shard-replicas", str(args.shard_replicas),
+                       "--reranker-replicas", str(args.reranker_replicas), *served], "weir serve --shards")
+    return single, sharded
+
+
+def drive_rounds(args: argparse.Namespace, servers: dict[str, Process], topics: list[str], pipelines: list[str],
+                 levels: list[int]) -> dict[tuple, list[dict]]:
+    """Warm both servers up, then drive them in alternating rounds, printing a row per phase; per (pipeline,
+    callers, server), what each round measured."""
+    results: dict[tuple, list[dict]] = {}
+    for pipeline in pipelines:  # warm-up: every topic once through each
+        for server in servers.values():
+            drive(server.port, topics, pipeline, 2, 3, k=args.k, depth=args.depth, timeout=args.timeout)
+    print("| round | pipeline | callers | server | calls | queries/s | p50 ms | p95 ms | codes |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in range(args.rounds):
+        for pipeline in pipelines:
+            for c in levels:
+                order = list(servers.items())
+                for name, server in order if r % 2 == 0 else order[::-1]:
+                    res = drive(server.port, topics, pipeline, c, args.seconds, k=args.k, depth=args.depth,
+                                timeout=args.timeout)
+                    results.setdefault((pipeline, c, name), []).append(res)
+                    codes = ", ".join(f"{k} {v}" for k, v in sorted(res["codes"].items()))
+                    print(f"| {r + 1} | {pipeline} | {c} | {name} | {res['calls']} | {res['qps']:.1f} | "
+                          f"{res['p50']:.1f} | {res['p95']:.1f} | {codes} |", flush=True)
+    return results
+
+
+def print_medians(results: dict[tuple, list[dict]], pipelines: list[str], levels: list[int]) -> None:
     print("\nmedians over the rounds (sharded / single in brackets)")
     print("| pipeline | callers | single q/s | sharded q/s | single p50 / p95 ms | sharded p50 / p95 ms |")
     print("|---|---|---|---|---|---|")
@@ -166,6 +174,33 @@ def main() -> int:
             print(f"| {pipeline} | {c} | {s['qps']:.1f} | {h['qps']:.1f} ({h['qps'] / s['qps']:.2f}x) | "
                   f"{s['p50']:.1f} / {s['p95']:.1f} | {h['p50']:.1f} / {h['p95']:.1f} "
                   f"({h['p50'] / s['p50']:.2f}x / {h['p95'] / s['p95']:.2f}x) |")
+
+
+def main() -> int:
+    args = parse_args()
+    code = in_namespace(args)
+    if code is not None:
+        return code
+    where = "a loopback-only network namespace" if os.environ.get(NAMESPACE_FLAG) == "1" else "this network namespace"
+
+    from weir.indexer.collections import Collection
+
+    collection = COLLECTIONS / args.collection
+    topics = [q.text for q in Collection.open(collection).topics("test")]
+    pipelines = [p.strip() for p in args.pipelines.split(",") if p.strip()]
+    levels = [int(c) for c in args.concurrency.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        whole, parts = indexes(args, collection, tmp)
+        single, sharded = start_servers(args, whole, parts, pipelines)
+        print(f"in {where}; {len(topics)} topics; single server up in {single.start_seconds:.0f}s, sharded front "
+              f"({len(parts)} shards x {args.shard_replicas} replica(s), Ray {args.ray_num_cpus} CPUs) in "
+              f"{sharded.start_seconds:.0f}s; {args.seconds:.0f}s per phase, {args.rounds} rounds", flush=True)
+        try:
+            results = drive_rounds(args, {"single": single, "sharded": sharded}, topics, pipelines, levels)
+        finally:
+            sharded.close()
+            single.close()
+    print_medians(results, pipelines, levels)
     return 0
 
 
