@@ -94,22 +94,141 @@ def main() -> None:
             bench_collection(name, args, depths, Path(args.indexes or tmp))
 
 
-def bench_collection(name: str, args: argparse.Namespace, depths: list[int], index_root: Path) -> None:
-    import bm25s
-    import numpy as np
-    import Stemmer
+class Engines:
+    """The engines over one collection, each answering a batch of query texts at depth ``k`` with what a run writer
+    needs; ``bm25s_build``: the seconds bm25s took to index the corpus."""
 
+    def __init__(self, coll: Path, index, threads: int):
+        import bm25s
+        import numpy as np
+        import Stemmer
+
+        from weir.core import jvm
+        from weir.ranker.retrievers.bm25 import BM25
+        from weir.ranker.retrievers.lucene import LuceneBM25Searcher
+
+        jvm.ensure()
+        from pyserini.search.lucene import LuceneSearcher
+
+        self.threads = threads
+        self.bm25 = BM25(index)
+        self.lucene = LuceneBM25Searcher(index.component_path("bm25"))
+        self.pyserini_searcher = LuceneSearcher(str(index.component_path("bm25")))
+        self.pyserini_searcher.set_bm25(0.9, 0.4)
+        self.ids, docs = corpus(coll)
+        self.stemmer = Stemmer.Stemmer("english")
+        start = time.perf_counter()
+        self.peer = bm25s.BM25(method="lucene", k1=0.9, b=0.4)
+        self.peer.index(bm25s.tokenize(docs, stopwords="en", stemmer=self.stemmer, show_progress=False),
+                        show_progress=False)
+        self.bm25s_build = time.perf_counter() - start
+        self.id_array = np.asarray(self.ids, dtype=object)
+
+    def weir(self, batch, k):
+        return self.bm25.search(batch, k)
+
+    def weir_run(self, batch, k):
+        from weir.core.types import Query
+
+        return self.bm25.retrieve([Query(str(i), t) for i, t in enumerate(batch)], k)
+
+    def before(self, batch, k):  # the Lucene first stage as weir ran it before: hits read back one by one
+        from weir.core.types import Hit, Run
+
+        return Run({str(i): [Hit(d, s, r, {"bm25": s}) for r, (d, s) in enumerate(hits, start=1)]
+                    for i, hits in enumerate(self.lucene.search_many(batch, k))})
+
+    def bm25s(self, batch, k):
+        import bm25s
+
+        tokens = bm25s.tokenize(batch, stopwords="en", stemmer=self.stemmer, show_progress=False)
+        found, scores = self.peer.retrieve(tokens, k=min(k, len(self.ids)), n_threads=self.threads,
+                                           show_progress=False)
+        return [list(zip(self.id_array[row].tolist(), s.tolist())) for row, s in zip(found, scores)]
+
+    def pyserini(self, batch, k):
+        keys = [str(i) for i in range(len(batch))]
+        results = self.pyserini_searcher.batch_search(batch, keys, k=k, threads=self.threads)
+        return [[(h.docid, h.score) for h in results[key]] for key in keys]
+
+    def by_name(self) -> dict:
+        return {"weir": self.weir, "weir Run": self.weir_run, "weir before": self.before, "bm25s": self.bm25s,
+                "pyserini": self.pyserini}
+
+
+def throughput(engines: dict, pass_texts: list[str], k: int, rounds: int,
+               passes: int) -> tuple[dict[str, list[float]], list[float]]:
+    """Queries/s of every pass of every engine, the engines alternating round by round; the per-round ratios weir /
+    bm25s."""
+    rates: dict[str, list[float]] = {e: [] for e in engines}
+    ratios = []
+    for _ in range(rounds):
+        round_rates = {}
+        for engine, fn in engines.items():
+            timed = []
+            for _ in range(passes):
+                gc.collect()
+                start = time.perf_counter()
+                fn(pass_texts, k)
+                timed.append(len(pass_texts) / (time.perf_counter() - start))
+            rates[engine] += timed
+            round_rates[engine] = statistics.median(timed)
+        ratios.append(round_rates["weir"] / round_rates["bm25s"])
+    return rates, ratios
+
+
+def print_depth(e: Engines, k: int, texts: list[str], qids: list[str], qrels, pass_texts: list[str],
+                args: argparse.Namespace) -> None:
+    """At depth ``k``: how many queries weir ranks as Lucene and as pyserini, each engine's queries/s and nDCG@10."""
+    from weir.evaluation.measures import evaluate
+
+    engines = e.by_name()
+    ours = e.weir(texts, k)
+    same_lucene = sum(1 for a, b in zip(ours, e.lucene.search_many(texts, k)) if a == b)
+    same_ids = sum(1 for a, b in zip(ours, e.pyserini(texts, k)) if [d for d, _ in a] == [d for d, _ in b])
+    ndcg = {}
+    for engine in ("weir", "bm25s", "pyserini"):
+        hits = engines[engine](texts, k)
+        ndcg[engine] = evaluate({q: {d: s for d, s in h} for q, h in zip(qids, hits)}, qrels, ["nDCG@10"])["nDCG@10"]
+    rates, ratios = throughput(engines, pass_texts, k, args.rounds, args.passes)
+    print(f"\nk={k}: weir ranks {same_lucene}/{len(texts)} queries exactly as Lucene (ids and scores), "
+          f"{same_ids}/{len(texts)} as pyserini (ids; pyserini rounds its scores to 4 decimals)")
+    print("| engine | queries/s, median [min-max] | nDCG@10 |\n|---|---|---|")
+    for engine in engines:
+        print(f"| {engine} | {summary(rates[engine])} | {ndcg.get(engine, ndcg['weir']):.4f} |")
+    print(f"weir / bm25s: {statistics.median(ratios):.2f}x (median of per-round ratios "
+          f"{', '.join(f'{r:.2f}' for r in ratios)})")
+
+
+def print_latency(e: Engines, texts: list[str], n: int) -> None:
+    """Single-query latency at k=10 before and after in-process scoring, query by query alternating."""
+    lat_texts = (texts * -(-n // len(texts)))[:n]
+    latency = {"weir before": [], "weir": []}
+    for text in lat_texts:  # alternate query by query
+        for engine, fn in (("weir before", e.before), ("weir", e.weir_run)):
+            start = time.perf_counter()
+            fn([text], 10)
+            latency[engine].append((time.perf_counter() - start) * 1000)
+    print(f"\nsingle-query latency, k=10, {len(lat_texts)} queries alternating (ms):")
+    for engine, values in latency.items():
+        print(f"  {engine:<12} median {statistics.median(values):.3f}  p99 {percentile(values, 99):.3f}")
+
+
+def print_memory(index_dir: Path) -> None:
+    """The load time and resident memory of the opened index, measured in a fresh process."""
+    out = subprocess.run([sys.executable, __file__, "--memory-child", str(index_dir)], capture_output=True,
+                         text=True, check=True, cwd=ROOT)
+    mem = json.loads(out.stdout.strip().splitlines()[-1])
+    per_million = mem["rss_mib"] / mem["documents"] * 1e6
+    print(f"\nopened index (fresh process): load {mem['load_s']:.2f} s, RSS +{mem['rss_mib']:.1f} MiB "
+          f"({per_million:,.0f} MiB per million documents; arrays {mem['arrays_mib']:.1f} MiB for "
+          f"{mem['postings']:,} postings, {mem['arrays_mib'] * 2**20 / mem['postings']:.1f} bytes a posting)")
+
+
+def bench_collection(name: str, args: argparse.Namespace, depths: list[int], index_root: Path) -> None:
+    from weir.core.trec import read_qrels, read_topics
     from weir.indexer.build import build_index
     from weir.indexer.index_dir import Index
-    from weir.evaluation.measures import evaluate
-    from weir.ranker.retrievers.bm25 import BM25
-    from weir.ranker.retrievers.lucene import LuceneBM25Searcher
-    from weir.core import jvm
-    from weir.core.trec import read_qrels, read_topics
-    from weir.core.types import Hit, Query, Run
-
-    jvm.ensure()
-    from pyserini.search.lucene import LuceneSearcher
 
     coll = COLLECTIONS / name
     index_dir = index_root / name
@@ -119,95 +238,16 @@ def bench_collection(name: str, args: argparse.Namespace, depths: list[int], ind
     topics = read_topics(coll / "queries.tsv")
     qrels = read_qrels(coll / "qrels.txt")
     texts, qids = [q.text for q in topics], [q.id for q in topics]
-    repeat = -(-args.min_queries // len(texts))
-    pass_texts = texts * repeat
-
-    weir = BM25(index)
-    lucene = LuceneBM25Searcher(index.component_path("bm25"))
-    pyserini = LuceneSearcher(str(index.component_path("bm25")))
-    pyserini.set_bm25(0.9, 0.4)
-    ids, docs = corpus(coll)
-    stemmer = Stemmer.Stemmer("english")
-    start = time.perf_counter()
-    peer = bm25s.BM25(method="lucene", k1=0.9, b=0.4)
-    peer.index(bm25s.tokenize(docs, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
-    peer_build = time.perf_counter() - start
-    id_array = np.asarray(ids, dtype=object)
-
-    def run_weir(batch, k):
-        return weir.search(batch, k)
-
-    def run_weir_run(batch, k):
-        return weir.retrieve([Query(str(i), t) for i, t in enumerate(batch)], k)
-
-    def run_before(batch, k):  # the Lucene first stage as weir ran it before: hits read back one by one
-        return Run({str(i): [Hit(d, s, r, {"bm25": s}) for r, (d, s) in enumerate(hits, start=1)]
-                    for i, hits in enumerate(lucene.search_many(batch, k))})
-
-    def run_bm25s(batch, k):
-        tokens = bm25s.tokenize(batch, stopwords="en", stemmer=stemmer, show_progress=False)
-        found, scores = peer.retrieve(tokens, k=min(k, len(ids)), n_threads=args.threads, show_progress=False)
-        return [list(zip(id_array[row].tolist(), s.tolist())) for row, s in zip(found, scores)]
-
-    def run_pyserini(batch, k):
-        keys = [str(i) for i in range(len(batch))]
-        results = pyserini.batch_search(batch, keys, k=k, threads=args.threads)
-        return [[(h.docid, h.score) for h in results[key]] for key in keys]
-
-    engines = {"weir": run_weir, "weir Run": run_weir_run, "weir before": run_before, "bm25s": run_bm25s,
-               "pyserini": run_pyserini}
-    print(f"\n## {name}: {len(ids):,} documents, {len(texts)} topics ({len(pass_texts)} queries a pass), "
+    pass_texts = texts * -(-args.min_queries // len(texts))
+    engines = Engines(coll, index, args.threads)
+    print(f"\n## {name}: {len(engines.ids):,} documents, {len(texts)} topics ({len(pass_texts)} queries a pass), "
           f"threads {args.threads}, {args.rounds} rounds x {args.passes} passes; bm25s index built in "
-          f"{peer_build:.1f} s")
+          f"{engines.bm25s_build:.1f} s")
     for k in depths:
-        ours = run_weir(texts, k)
-        same_lucene = sum(1 for a, b in zip(ours, lucene.search_many(texts, k)) if a == b)
-        same_ids = sum(1 for a, b in zip(ours, run_pyserini(texts, k)) if [d for d, _ in a] == [d for d, _ in b])
-        ndcg = {}
-        for engine in ("weir", "bm25s", "pyserini"):
-            hits = engines[engine](texts, k)
-            ndcg[engine] = evaluate({q: {d: s for d, s in h} for q, h in zip(qids, hits)}, qrels,
-                                    ["nDCG@10"])["nDCG@10"]
-        rates: dict[str, list[float]] = {e: [] for e in engines}
-        ratios = []
-        for _ in range(args.rounds):
-            round_rates = {}
-            for engine, fn in engines.items():
-                passes = []
-                for _ in range(args.passes):
-                    gc.collect()
-                    start = time.perf_counter()
-                    fn(pass_texts, k)
-                    passes.append(len(pass_texts) / (time.perf_counter() - start))
-                rates[engine] += passes
-                round_rates[engine] = statistics.median(passes)
-            ratios.append(round_rates["weir"] / round_rates["bm25s"])
-        print(f"\nk={k}: weir ranks {same_lucene}/{len(texts)} queries exactly as Lucene (ids and scores), "
-              f"{same_ids}/{len(texts)} as pyserini (ids; pyserini rounds its scores to 4 decimals)")
-        print("| engine | queries/s, median [min-max] | nDCG@10 |\n|---|---|---|")
-        for engine in engines:
-            print(f"| {engine} | {summary(rates[engine])} | {ndcg.get(engine, ndcg['weir']):.4f} |")
-        print(f"weir / bm25s: {statistics.median(ratios):.2f}x (median of per-round ratios "
-              f"{', '.join(f'{r:.2f}' for r in ratios)})")
-
-    lat_texts = (texts * -(-args.latency_queries // len(texts)))[:args.latency_queries]
-    latency = {"weir before": [], "weir": []}
-    for text in lat_texts:  # alternate query by query
-        for engine, fn in (("weir before", run_before), ("weir", run_weir_run)):
-            start = time.perf_counter()
-            fn([text], 10)
-            latency[engine].append((time.perf_counter() - start) * 1000)
-    print(f"\nsingle-query latency, k=10, {len(lat_texts)} queries alternating (ms):")
-    for engine, values in latency.items():
-        print(f"  {engine:<12} median {statistics.median(values):.3f}  p99 {percentile(values, 99):.3f}")
-    out = subprocess.run([sys.executable, __file__, "--memory-child", str(index_dir)], capture_output=True,
-                         text=True, check=True, cwd=ROOT)
-    mem = json.loads(out.stdout.strip().splitlines()[-1])
-    per_million = mem["rss_mib"] / mem["documents"] * 1e6
-    print(f"\nopened index (fresh process): load {mem['load_s']:.2f} s, RSS +{mem['rss_mib']:.1f} MiB "
-          f"({per_million:,.0f} MiB per million documents; arrays {mem['arrays_mib']:.1f} MiB for "
-          f"{mem['postings']:,} postings, {mem['arrays_mib'] * 2**20 / mem['postings']:.1f} bytes a posting)")
-    pyserini.close()
+        print_depth(engines, k, texts, qids, qrels, pass_texts, args)
+    print_latency(engines, texts, args.latency_queries)
+    print_memory(index_dir)
+    engines.pyserini_searcher.close()
 
 
 if __name__ == "__main__":
