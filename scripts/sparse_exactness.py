@@ -16,92 +16,119 @@ Usage: python scripts/sparse_exactness.py --index I --topics queries.tsv [-k 100
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", required=True)
     ap.add_argument("--topics", required=True)
     ap.add_argument("-k", type=int, default=1000)
     ap.add_argument("--formats", metavar="COLLECTION", help="also check both learned index formats, written with "
                     "hashed weights from this collection's corpus")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    from weir.indexer.collections import Collection
-    from weir.indexer.index_dir import Index
-    from weir.indexer.lucene import index_pretokenized
-    from weir.indexer.postings import export
-    from weir.ranker.retrievers.bm25 import BM25
-    from weir.ranker.retrievers.inverted import BM25Scores, ImpactScores, InvertedIndex
-    from weir.ranker.retrievers.learned_sparse import DeepCTRetriever, ImpactRetriever, deepct_query, impact_query
-    from weir.ranker.retrievers.lucene import LuceneBM25Searcher, LuceneTermSearcher, bm25_similarity
+
+def stage_and_reference(name: str, index, texts: list[str]) -> tuple:
+    """weir's first stage ``name`` over ``index``, Lucene searching its component, and the queries Lucene gets."""
     from weir.core import jvm
-    from weir.core.trec import read_topics
+    from weir.ranker.retrievers.bm25 import BM25
+    from weir.ranker.retrievers.learned_sparse import DeepCTRetriever, ImpactRetriever
+    from weir.ranker.retrievers.lucene import LuceneBM25Searcher, LuceneTermSearcher, bm25_similarity
 
-    index = Index(args.index)
-    topics = read_topics(args.topics)
-    texts = [q.text for q in topics]
-    failed = False
+    path = index.component_path(name)
+    if name == "bm25":
+        return BM25(index), LuceneBM25Searcher(path), texts
+    if name == "deepct":
+        stage = DeepCTRetriever(index)
+        return stage, LuceneTermSearcher(path, bm25_similarity(stage.k1, stage.b)), [stage.query(t) for t in texts]
+    stage = ImpactRetriever(index)
+    reference = LuceneTermSearcher(path, jvm.autoclass("io.anserini.search.similarity.ImpactSimilarity")())
+    return stage, reference, [stage.query(t) for t in texts]
+
+
+def check_stages(index, texts: list[str], k: int) -> bool:
+    """Compare each sparse first stage the index has with Lucene, a line each; whether all were identical."""
+    same_everywhere = True
     for name in ("bm25", "deepct", "deepimpact"):
         if name not in index.components:
             continue
-        path = index.component_path(name)
-        if name == "bm25":
-            stage, reference = BM25(index), LuceneBM25Searcher(path)
-            queries = texts
-        elif name == "deepct":
-            stage = DeepCTRetriever(index)
-            reference = LuceneTermSearcher(path, bm25_similarity(stage.k1, stage.b))
-            queries = [stage.query(t) for t in texts]
-        else:
-            stage = ImpactRetriever(index)
-            reference = LuceneTermSearcher(path, jvm.autoclass("io.anserini.search.similarity.ImpactSimilarity")())
-            queries = [stage.query(t) for t in texts]
-        ours = stage.search(texts, args.k)
-        theirs = reference.search_many(queries, args.k)
+        stage, reference, queries = stage_and_reference(name, index, texts)
+        ours = stage.search(texts, k)
+        theirs = reference.search_many(queries, k)
         same = sum(1 for a, b in zip(ours, theirs) if a == b)
         hits = sum(len(a) for a in ours)
-        print(f"{name:<11} {same}/{len(topics)} queries identical to Lucene at k={args.k} "
+        print(f"{name:<11} {same}/{len(texts)} queries identical to Lucene at k={k} "
               f"({hits:,} hits compared, ids and scores)")
-        failed |= same != len(topics)
+        same_everywhere &= same == len(texts)
+    return same_everywhere
+
+
+def weight(doc_id: str, term: str) -> int:
+    """A fixed hashed weight of ``term`` in ``doc_id``, 1..300."""
+    digest = hashlib.blake2b(f"{doc_id}\0{term}".encode(), digest_size=4).digest()
+    return 1 + int.from_bytes(digest, "big") % 300
+
+
+def hashed_contents(collection: str):
+    """Each document of ``collection`` as pretokenized text: its terms, each repeated its hashed weight."""
+    from weir.indexer.collections import Collection
+    from weir.indexer.weighting.terms import terms as text_terms
+
+    for doc in Collection.open(collection).corpus():
+        terms = dict.fromkeys(text_terms(doc.contents))
+        yield doc.id, " ".join(" ".join([t] * weight(doc.id, t)) for t in terms)
+
+
+def check_formats(collection: str, texts: list[str], k: int) -> bool:
+    """Compare both learned index formats, written with hashed weights, with Lucene, a line each; whether both were
+    identical."""
+    from weir.core import jvm
+    from weir.indexer.lucene import index_pretokenized
+    from weir.indexer.postings import export
+    from weir.ranker.retrievers.inverted import BM25Scores, ImpactScores, InvertedIndex
+    from weir.ranker.retrievers.learned_sparse import deepct_query, impact_query
+    from weir.ranker.retrievers.lucene import LuceneTermSearcher, bm25_similarity
+
+    same_everywhere = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, flags in (("deepct format", []), ("impact format", ["-impact"])):
+            path = Path(tmp) / name.split()[0]
+            index_pretokenized(path, hashed_contents(collection), flags, 2)
+            if flags:
+                engine = InvertedIndex(ImpactScores(export(path, progress=False)))
+                similarity = jvm.autoclass("io.anserini.search.similarity.ImpactSimilarity")()
+                queries = [impact_query(t) for t in texts]
+            else:
+                engine = InvertedIndex(BM25Scores(export(path, progress=False), 10.0, 0.9))
+                similarity = bm25_similarity(10.0, 0.9)
+                queries = [deepct_query(t) for t in texts]
+            reference = LuceneTermSearcher(path, similarity)
+            ours = [engine.search(q, k) for q in queries]
+            same = sum(1 for a, b in zip(ours, reference.search_many(queries, k)) if a == b)
+            print(f"{name:<14} {same}/{len(texts)} queries identical to Lucene at k={k} "
+                  f"({sum(len(a) for a in ours):,} hits compared; hashed weights 1..300)")
+            same_everywhere &= same == len(texts)
+    return same_everywhere
+
+
+def main() -> int:
+    args = parse_args()
+
+    from weir.core.trec import read_topics
+    from weir.indexer.index_dir import Index
+
+    index = Index(args.index)
+    texts = [q.text for q in read_topics(args.topics)]
+    identical = check_stages(index, texts, args.k)
     if args.formats:
-        import hashlib
-        import tempfile
-
-        from weir.indexer.weighting.terms import terms as text_terms
-
-        def weight(doc_id: str, term: str) -> int:
-            digest = hashlib.blake2b(f"{doc_id}\0{term}".encode(), digest_size=4).digest()
-            return 1 + int.from_bytes(digest, "big") % 300
-
-        def contents():
-            for doc in Collection.open(args.formats).corpus():
-                terms = dict.fromkeys(text_terms(doc.contents))
-                yield doc.id, " ".join(" ".join([t] * weight(doc.id, t)) for t in terms)
-
-        with tempfile.TemporaryDirectory() as tmp:
-            for name, flags in (("deepct format", []), ("impact format", ["-impact"])):
-                path = Path(tmp) / name.split()[0]
-                index_pretokenized(path, contents(), flags, 2)
-                if flags:
-                    engine = InvertedIndex(ImpactScores(export(path, progress=False)))
-                    similarity = jvm.autoclass("io.anserini.search.similarity.ImpactSimilarity")()
-                    queries = [impact_query(t) for t in texts]
-                else:
-                    engine = InvertedIndex(BM25Scores(export(path, progress=False), 10.0, 0.9))
-                    similarity = bm25_similarity(10.0, 0.9)
-                    queries = [deepct_query(t) for t in texts]
-                reference = LuceneTermSearcher(path, similarity)
-                ours = [engine.search(q, args.k) for q in queries]
-                same = sum(1 for a, b in zip(ours, reference.search_many(queries, args.k)) if a == b)
-                print(f"{name:<14} {same}/{len(topics)} queries identical to Lucene at k={args.k} "
-                      f"({sum(len(a) for a in ours):,} hits compared; hashed weights 1..300)")
-                failed |= same != len(topics)
-    return 1 if failed else 0
+        identical &= check_formats(args.formats, texts, args.k)
+    return 0 if identical else 1
 
 
 if __name__ == "__main__":
