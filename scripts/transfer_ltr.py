@@ -1,0 +1,146 @@
+"""The LTR steps of the transfer protocol (scripts/transfer.py): ``ltr-loco`` and ``ltr-final`` (`weir train ltr`
+and `weir experiment` per collection), ``ltr-sweep`` (several recipes in one process over features computed once),
+and the table of their experiments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from transfer_common import COLLECTIONS, SOURCES, WEIR, run
+
+LTR_QUERIES = 1000  # training queries per collection at most (ArguAna's synthetic set is 25,844)
+
+
+def ltr_set(name: str, args) -> str:
+    topics, qrels, _, _ = SOURCES[name]
+    c = COLLECTIONS / name
+    return (f"index={args.indexes / name},topics={c / topics},qrels={c / qrels},first_stage=hybrid,depth=100,"
+            f"max_queries={LTR_QUERIES}")
+
+
+def ltr_train(out: Path, names: list[str], args) -> Path:
+    if (out / "model.txt").is_file():
+        return out
+    first, *rest = names
+    topics, qrels, _, _ = SOURCES[first]
+    c = COLLECTIONS / first
+    cmd = WEIR + ["train", "ltr", "--index", str(args.indexes / first), "--topics", str(c / topics), "--qrels",
+                  str(c / qrels), "--first-stage", "hybrid", "--max-queries", str(LTR_QUERIES), "--out", str(out)]
+    for n in rest:
+        cmd += ["--also", ltr_set(n, args)]
+    run(cmd + args.ltr_args.split(), out.parent / "train-ltr.log")
+    return out
+
+
+def ltr_evaluate(name: str, model: Path, work: Path, args) -> dict:
+    exp = work / "experiment"
+    c = COLLECTIONS / name
+    if not (exp / "results.json").is_file():
+        run(WEIR + ["experiment", "--index", str(args.indexes / name), "--topics", str(c / "queries.tsv"), "--qrels",
+                    str(c / "qrels.txt"), "--pipelines", f"hybrid,hybrid>>ltr[ltr_model={model}]",
+                    "--measures", "nDCG@10,R@100", "--out", str(exp)] + SOURCES[name][3], work / "experiment.log")
+    return json.loads((exp / "results.json").read_text())
+
+
+def ltr_loco(args) -> None:
+    for held in args.collections:
+        work = args.work / f"ltr-{args.tag}" / held
+        model = ltr_train(work / "ltr", [n for n in SOURCES if n != held], args)
+        ltr_evaluate(held, model, work, args)
+
+
+def ltr_final(args) -> None:
+    model = ltr_train(Path(args.out_dir) / "ltr", list(SOURCES), args)
+    ltr_evaluate("beir-scifact", model, args.work / f"ltr-final-{args.tag}" / "beir-scifact", args)
+
+
+RECIPE = {"init_from": "first_score_norm", "monotone": True,  # the shipped LTR recipe; a variant overrides it
+          "params": {"num_leaves": 7, "min_data_in_leaf": 50, "lambda_l2": 10}}
+
+
+def _examples(name: str, split: str, args):
+    """The LTR examples of one collection's ``train`` (at most LTR_QUERIES) or ``test`` queries, hybrid top-100, as
+    `weir train ltr` computes them; pickled under --work for this very index (named by its manifest's checksum, so a
+    rebuilt index never meets the features of the one before), reused when there."""
+    import hashlib
+    import pickle
+
+    from weir.training.common import TrainingSet
+    from weir.training.ltr import load_examples
+
+    index = args.indexes / name
+    built = hashlib.sha256((index / "manifest.json").read_bytes()).hexdigest()[:12]
+    path = args.work / "ltr-features" / f"{name}.{split}.{built}.pkl"
+    if path.is_file():
+        return pickle.loads(path.read_bytes())
+    topics, qrels = SOURCES[name][:2] if split == "train" else ("queries.tsv", "qrels.txt")
+    c = COLLECTIONS / name
+    ds = TrainingSet(index=str(index), topics=str(c / topics), qrels=str(c / qrels), first_stage="hybrid",
+                     depth=100, max_queries=LTR_QUERIES if split == "train" else None)
+    ex = load_examples(ds, log=lambda m: print(m, flush=True))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(ex))
+    return ex
+
+
+def ltr_sweep(args) -> None:
+    """In one process, features computed once per collection: for each variant (``--variant TAG=JSON``, TrainConfig
+    fields over :data:`RECIPE`) and each collection X, the model of the other collections' training queries reranks
+    X's hybrid top-100 of its evaluation topics; nDCG@10 of hybrid and of hybrid>>ltr, paired t-test; then SciFact
+    test by the model of every collection (as ``ltr-final``). The same models and scores as `ltr-loco` (`weir train
+    ltr` + `weir experiment`), to compare recipes cheaply before confirming one that way. Rows go to
+    --work/ltr-sweep.jsonl."""
+    from weir.evaluation.measures import evaluate
+    from weir.evaluation.significance import paired, paired_test
+    from weir.ranker.rerankers.ltr_features import FEATURES
+    from weir.ranker.stage import apply_scores
+    from weir.training.ltr import TrainConfig, fit_on, init_column, rounds_note, score_boosters
+    from weir.core.trec import read_qrels
+
+    train = {n: _examples(n, "train", args) for n in args.collections}
+    test = {n: _examples(n, "test", args) for n in args.collections}
+    out = args.work / "ltr-sweep.jsonl"
+    for variant in args.variant:
+        tag, _, spec = variant.partition("=")
+        fields = {**RECIPE, **json.loads(spec or "{}")}
+        fields["params"] = {**RECIPE["params"], **fields.get("params", {})}
+        # each collection left out; then SciFact test by the model of every collection (the shipped default's recipe)
+        for held, trained_on in [(n, [m for m in args.collections if m != n]) for n in args.collections] + (
+                [("beir-scifact", list(args.collections))] if "beir-scifact" in args.collections else []):
+            config = TrainConfig(sets=[], out="", rounds=300, **fields)
+            data = [train[n] for n in trained_on]
+            boosters, info = fit_on(data, set(data[0].qids), config, FEATURES)
+            ex = test[held]
+            keep = set(ex.qids)
+            scores = score_boosters(boosters, ex, keep, init_column(config, FEATURES), rounds=info.get("rounds"))
+            queries = [q for q in ex.queries if q.id in keep]
+            ltr = apply_scores(queries, ex.run, 100, scores, "ltr")
+            hybrid = ex.run
+            if "--remove-identical" in SOURCES[held][3]:
+                ltr, hybrid = ltr.without_identical_ids(), hybrid.without_identical_ids()
+            qrels = read_qrels(COLLECTIONS / held / "qrels.txt")
+            (h_mean, h_q), (l_mean, l_q) = (evaluate(r, qrels, ["nDCG@10"], min_rel=SOURCES[held][2],
+                                                     per_query=True) for r in (hybrid, ltr))
+            p = paired_test(*paired(l_q["nDCG@10"], h_q["nDCG@10"])[1:])[1]
+            seen = held in trained_on
+            row = {"variant": tag, "held_out": held, "trained_on": trained_on, "in_training": seen,
+                   "hybrid": round(h_mean["nDCG@10"], 4), "ltr": round(l_mean["nDCG@10"], 4), "p": round(p, 3),
+                   "rounds": info.get("rounds"), "how": rounds_note(info), "fields": fields}
+            print(f"{tag:>12} {held + (' (trained on)' if seen else ''):>42}: hybrid {row['hybrid']:.4f} "
+                  f"ltr {row['ltr']:.4f} ({row['ltr'] - row['hybrid']:+.4f}, p {p:.3f}); {row['how']}", flush=True)
+            with open(out, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+def ltr_table(args) -> None:
+    print("\n| collection | variant | hybrid | hybrid>>ltr | p (Holm) |\n|---|---|---:|---:|---:|")
+    for kind in sorted(args.work.glob("ltr-*")):
+        for held in sorted(kind.iterdir()):
+            results = held / "experiment" / "results.json"
+            if not results.is_file():
+                continue
+            record = json.loads(results.read_text())
+            hybrid, ltr = (s["means"]["nDCG@10"] for s in record["systems"])
+            t = next(iter(record["significance"]["results"]["nDCG@10"].values()))
+            print(f"| {held.name} | {kind.name} | {hybrid:.4f} | {ltr:.4f} ({ltr - hybrid:+.4f}) | {t['p_holm']:.3f} |")
