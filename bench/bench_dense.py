@@ -119,14 +119,14 @@ def bench_pipelines(index, topics, single_queries: int) -> None:
     print(f"\n## pipeline latency, top 1000 ({hybrid.method} fusion of {', '.join(s.name for s in hybrid.stages)}, "
           f"depth {hybrid.depths} per stage); the query-embedding cache is cleared before each measurement")
     for name, p in built.items():
-        encoder._cache.clear()
+        encoder.clear_cache()
         start = time.perf_counter()
         p(topics, k=1000)
         batched = (time.perf_counter() - start) / len(topics)
         parts = ""
         if name == "hybrid":
             parts = " (" + ", ".join(f"{n} {ms(t / len(topics))}" for n, t in hybrid.last_timings.items()) + " per query)"
-        encoder._cache.clear()
+        encoder.clear_cache()
         single = latency(lambda q: p([q], k=1000), topics[:single_queries])
         print(f"  {name:<7} batched ({len(topics)} queries): {ms(batched)}/query{parts}; one query at a time "
               f"({single_queries}): {summary(single)}")

@@ -22,8 +22,9 @@ def tracked_python(*folders: str) -> list[str]:
 
 
 def private_uses(source: str) -> list[str]:
-    """Names of the weir package used from outside it that are private: ``from weir.x import _y``, or ``m._y`` where
-    ``m`` was imported from weir."""
+    """Names of the weir package used from outside it that are private: ``from weir.x import _y``, ``m._y`` where
+    ``m`` was imported from weir, or ``obj._y`` of an object whose class the file does not define (a weir object's
+    internals)."""
     tree = ast.parse(source)
     weir_names: set[str] = set()
     found = []
@@ -37,10 +38,13 @@ def private_uses(source: str) -> list[str]:
             for alias in node.names:
                 if alias.name.split(".")[0] == "weir":
                     weir_names.add((alias.asname or alias.name).split(".")[0])
+    own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    own |= {t.attr for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Attribute)}
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and isinstance(node.value, ast.Name) and node.value.id in weir_names):
-            found.append(f"{node.value.id}.{node.attr}")
+                and (isinstance(node.value, ast.Name) and node.value.id in weir_names or node.attr not in own)):
+            found.append(f"{ast.unparse(node.value)}.{node.attr}")
     return found
 
 
@@ -51,8 +55,9 @@ def test_research_and_benchmarks_use_no_private_name_of_the_package():
 
 
 def test_the_private_name_check_finds_both_forms():
-    source = "from weir.training.ltr import _fit\nfrom weir.core import jvm\njvm._lock\nimport os\nos._exit\n"
-    assert private_uses(source) == ["weir.training.ltr._fit", "jvm._lock"]
+    source = ("from weir.training.ltr import _fit\nfrom weir.core import jvm\njvm._lock\nenc._cache.clear()\n"
+              "class A:\n    def __init__(self):\n        self._own = 1\n    def f(self):\n        return self._own\n")
+    assert private_uses(source) == ["weir.training.ltr._fit", "jvm._lock", "enc._cache"]
 
 
 def test_modules_and_functions_stay_small():

@@ -113,6 +113,11 @@ class Encoder:
                 out[idx] = emb.cpu().numpy()
         return out
 
+    def clear_cache(self) -> None:
+        """Forget the query embeddings cached so far (benchmarks measure a cold query path this way)."""
+        with self._lock:
+            self._cache.clear()
+
     def encode_passages(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
         return self.encode(texts, self.passage_max_length, batch_size)
 

@@ -144,6 +144,13 @@ class AttentionReranker(Reranker):
         self._na: OrderedDict[str, np.ndarray] = OrderedDict()
         self._na_size = na_cache_size
 
+    def clear_caches(self) -> None:
+        """Forget the content-free calibration passes and (late interaction) the passage states computed so far: the
+        next call computes everything again, as a cold start would (benchmarks use this)."""
+        self._na.clear()
+        if self.model.late:
+            self.model.passage_states.clear()
+
     def describe(self) -> dict:
         return {**super().describe(), "model_path": str(self.model_path), "heads": self.model.heads,
                 "calibrate": self.model.calibrate, "idf": self.model.idf}

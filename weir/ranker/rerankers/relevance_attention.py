@@ -120,6 +120,9 @@ class StateCache:
         self.size = size
         self._items: OrderedDict = OrderedDict()
 
+    def clear(self) -> None:
+        self._items.clear()
+
     def get_many(self, keys: Sequence[str], texts: Sequence[str], encode) -> list:
         """States of ``keys``; those missing are encoded together by ``encode(texts)``."""
         missing = {k: t for k, t in zip(keys, texts) if k not in self._items}

@@ -1,13 +1,13 @@
 """Does a linear ranker beat the attention reranker on DL 2019 where LightGBM does not? A nested check, not a model.
 
 The candidates are the DL pool's BM25 top-100 for the 43 DL 2019 topics. Each query's attention score
-(``runs/late/cv1.trec``, the cross-validated attention run of models/RESULTS.md), MiniLM cosine and BM25 are
+(``runs/late/cv1.trec``, the cross-validated attention run of research/notebook.md), MiniLM cosine and BM25 are
 standardized within the query, as ``weir train ltr --init-from`` standardizes its feature. The score is
 ``z(attention) + a z(dense_cos) + b z(bm25)``, with a and b chosen on a 6 x 6 grid by the nDCG@10 of the training
 folds. The folds are those of ``weir train ltr --folds 5`` (seed 13), and
 each test fold is scored by its own choice. It prints every fold and the mean over queries, beside attention alone.
 
-Usage: python scripts/dl_linear_cv.py    (needs indexes/msmarco-passage-trec-dl-pool with bm25 and dense)
+Usage: python research/dl_linear_cv.py    (needs indexes/msmarco-passage-trec-dl-pool with bm25 and dense)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The LTR steps of the transfer protocol (scripts/transfer.py): ``ltr-loco`` and ``ltr-final`` (`weir train ltr`
+"""The LTR steps of the transfer protocol (research/transfer.py): ``ltr-loco`` and ``ltr-final`` (`weir train ltr`
 and `weir experiment` per collection), ``ltr-sweep`` (several recipes in one process over features computed once),
 and the table of their experiments."""
 
@@ -25,8 +25,8 @@ def ltr_train(out: Path, names: list[str], args) -> Path:
     first, *rest = names
     topics, qrels, _, _ = SOURCES[first]
     c = COLLECTIONS / first
-    cmd = WEIR + ["train", "ltr", "--index", str(args.indexes / first), "--topics", str(c / topics), "--qrels",
-                  str(c / qrels), "--first-stage", "hybrid", "--max-queries", str(LTR_QUERIES), "--out", str(out)]
+    cmd = WEIR + ["train", "ltr", "--also", f"index={args.indexes / first},topics={c / topics},qrels={c / qrels},"
+                  f"first_stage=hybrid,max_queries={LTR_QUERIES}", "--out", str(out)]
     for n in rest:
         cmd += ["--also", ltr_set(n, args)]
     run(cmd + args.ltr_args.split(), out.parent / "train-ltr.log")

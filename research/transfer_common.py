@@ -1,4 +1,4 @@
-"""What every step of the transfer protocol (scripts/transfer.py) shares: the collections and the source each trains
+"""What every step of the transfer protocol (research/transfer.py) shares: the collections and the source each trains
 on, a `weir` step run with its log, a head trained on some sources, a collection indexed and measured with heads,
 and the leave-one-out head of a variant."""
 
@@ -17,7 +17,7 @@ COLLECTIONS = Path(os.environ.get("WEIR_COLLECTIONS", ROOT.parent / "shared" / "
 SOURCES = {  # collection -> (training topics, training qrels, grade counted relevant, evaluation options)
     "beir-scifact": ("queries.train.tsv", "qrels.train.txt", 1, []),
     "beir-arguana": ("queries.train-genq.tsv", "qrels.train-genq.txt", 1, ["--remove-identical"]),
-    "msmarco-passage-trec-dl-pool": ("queries.tsv", "qrels.txt", 2, ["--binary-min-rel", "2"]),
+    "msmarco-passage-trec-dl-pool": ("queries.tsv", "qrels.txt", 2, ["--min-rel", "2"]),
     "cacm": ("queries.tsv", "qrels.txt", 1, []),
     "cranfield": ("queries.tsv", "qrels.txt", 1, []),
     "adi": ("queries.tsv", "qrels.txt", 1, []),
@@ -43,7 +43,7 @@ def train(kind: str, out: Path, names: list[str], args, extra: list[str] = (), l
     """A head trained on these sources (kept when already there); its log beside it, or under ``log_dir``."""
     if (out / "card.json").is_file():
         return out
-    cmd = WEIR + ["train", kind, "--out", str(out), "--shape", args.shape, "--epochs", str(args.epochs)]
+    cmd = WEIR + ["train", kind, "--out", str(out), "--set", f"shape={args.shape}", "--epochs", str(args.epochs)]
     for n in names:
         cmd += ["--train", source(n)]
         if args.self_supervise_training:  # the training collections' own pseudo-queries, never the held-out one's

@@ -1,4 +1,4 @@
-"""The training-side steps of the transfer protocol (scripts/transfer.py), no held-out figure: ``epochs`` (the epoch
+"""The training-side steps of the transfer protocol (research/transfer.py), no held-out figure: ``epochs`` (the epoch
 each validation rule keeps), ``members`` (each member of a head as a head of its own) and ``shrinkage`` (the share of
 the members' correction a shrunk head keeps on each collection's terms)."""
 
@@ -31,7 +31,7 @@ def _epoch_rules(card: dict) -> dict:
 
 
 def members(args) -> None:
-    """Each member of the variant's leave-one-out DeepImpact heads (`weir train --members N`) as a head of its own,
+    """Each member of the variant's leave-one-out DeepImpact heads (`weir train --set members=N`) as a head of its own,
     under ``loco-TAG.mM``: its weights, and the card with its own epoch, validation and ``deepimpact+bm25`` weight, so
     that ``fusion-loco --tag TAG.mM`` measures it alone."""
     import torch
@@ -57,7 +57,7 @@ def members(args) -> None:
 
 def shrinkage(args) -> None:
     """Unlabelled text only: for each leave-one-out DeepImpact head of the variant shrunk by its members'
-    disagreement (`weir train --members N --shrink`), the mean share of the members' correction it keeps
+    disagreement (`weir train --set members=N --set shrink=true`), the mean share of the members' correction it keeps
     (tau2 / (tau2 + v)) and the mean |log-factor| before and after, over a seeded sample of every collection's term
     rows: does the collection left out make its members disagree more than the ones they trained on?"""
     import numpy as np

@@ -1,4 +1,4 @@
-"""The ``fusion-loco`` step of the transfer protocol (scripts/transfer.py): the ``deepimpact+bm25`` weight chosen by
+"""The ``fusion-loco`` step of the transfer protocol (research/transfer.py): the ``deepimpact+bm25`` weight chosen by
 leaving one collection out, from each collection's grid of fused nDCG@10 over its leave-one-out head."""
 
 from __future__ import annotations

@@ -35,28 +35,29 @@ Commands (each step a `weir` process; everything under --work, reused when there
   the one of the best mean relative change of nDCG@10 against BM25 over the *other* collections (each scored by its
   own leave-one-out head), ties to the weight nearest 0.5; `weir experiment` then measures X at that weight beside the
   weight of its head's card (chosen on the training sets' validation queries). The weight best over all six collections
-  is printed too: the candidate for a head trained on all six (stop 25 kept the card's: ``models/RESULTS.md``).
+  is printed too: the candidate for a head trained on all six (stop 25 kept the card's: ``research/notebook.md``).
 
 - ``epochs``: training side only, no held-out figure: each leave-one-out DeepImpact head's judged validation sets,
   epoch by epoch against the untrained head, and the epoch each rule would keep (``queries``, the shipped one;
   ``sets``; ``worst``: only an epoch that raises every set), for the variant's heads and the one under --out-dir.
 
-- ``shrinkage``: unlabelled text only: for each leave-one-out head shrunk by its members' disagreement (``--train-args
-  "--members 3 --shrink"``), the share of the correction kept on each collection's terms, the one left out beside the
+- ``shrinkage``: unlabelled text only: for each leave-one-out head shrunk by its members' disagreement
+  (``--train-args "--set members=3 --set shrink=true"``), the share of the correction kept on each collection's
+  terms, the one left out beside the
   ones it trained on.
 
-- ``members``: each member of the variant's leave-one-out heads of several members (``--train-args "--members
+- ``members``: each member of the variant's leave-one-out heads of several members (``--train-args "--set members=
   N"``) written as a head of its own (``loco-TAG.mM``), for ``fusion-loco --tag TAG.mM`` to measure it alone.
 
 ``--self-supervise-training`` adds, to every head, pseudo-queries of each of its training collections (``weir train
 --self-supervised C`` for every source C it trains on; the collection left out still contributes nothing): query
-forms no judged set has, for no judgment (stop 26, ``models/RESULTS.md``).
+forms no judged set has, for no judgment (stop 26, ``research/notebook.md``).
 
 A variant may retrain one kind only: ``--kinds deepimpact --reuse bm25`` trains the DeepImpact heads (with
 ``--train-args``, options of `weir train`) and takes the DeepCT heads of the variant ``bm25``.
 
-Usage: python scripts/transfer.py cache|loco|self|final|table [--work WORK] [--shape bm25] [--tag bm25]
-       [--collections a,b] [--epochs 10] [--kinds deepimpact --reuse TAG] [--train-args "--draws sources"]
+Usage: python research/transfer.py cache|loco|self|final|table [--work WORK] [--shape bm25] [--tag bm25]
+       [--collections a,b] [--epochs 10] [--kinds deepimpact --reuse TAG] [--train-args "--set draws=sources"]
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def main() -> None:
                                         "ltr-sweep", "fusion-loco", "epochs", "members", "shrinkage"))
     ap.add_argument("--indexes", type=Path, default=ROOT / "indexes", help="ltr: an index (bm25, dense) per "
                     "collection, named after it")
-    ap.add_argument("--ltr-args", default="", help="ltr: options of `weir train ltr` for the variant")
+    ap.add_argument("--ltr-args", default="", help="ltr: options of `weir train ltr` for the variant (--set KEY=VALUE ...)")
     ap.add_argument("--variant", action="append", default=[], help="ltr-sweep: TAG=JSON, TrainConfig fields over "
                     "the shipped recipe, e.g. 'sets={\"inner_by\": \"sets\"}' (repeatable)")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "transfer")
@@ -170,8 +171,8 @@ def main() -> None:
     ap.add_argument("--train-args", default="", help="options of `weir train deepct|deepimpact` for the variant")
     ap.add_argument("--self-supervise-training", action="store_true", help="every head also trains on pseudo-queries "
                     "of each of its training collections (--self-supervised C for every --train C; no judgment, and "
-                    "never the collection left out); --train-args \"--pseudo-queries N\" sizes them")
-    ap.add_argument("--out-dir", default=str(ROOT / "models"), help="final: where the heads go (<dir>/deepct, ...)")
+                    "never the collection left out); --train-args \"--set pseudo_queries=N\" sizes them")
+    ap.add_argument("--out-dir", default=str(ROOT / "weir" / "models"), help="final: where the heads go (<dir>/deepct, ...)")
     args = ap.parse_args()
     args.collections = [c for c in args.collections.split(",") if c]
     args.kinds = [k for k in args.kinds.split(",") if k]
