@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from weir.ranker.options import PipelineOptions
-from weir.cli.options import add_pipeline_options, option_values
+from weir.cli.options import add_deprecated, add_pipeline_options, add_ray_address, option_values
 from weir.core.types import InputError
 
 
@@ -23,7 +23,7 @@ def cmd_serve(args) -> int:
     elif args.tls_client_ca:
         raise InputError("--tls-client-ca needs --tls-cert and --tls-key")
     shards = [p.strip() for p in args.shards.split(",") if p.strip()] if args.shards else None
-    ray = {"address": args.ray_address, "num_cpus": args.ray_num_cpus, "shard_replicas": args.shard_replicas,
+    ray = {"address": args.ray, "num_cpus": args.ray_num_cpus, "shard_replicas": args.shard_replicas,
            "reranker_replicas": args.reranker_replicas}
     config = ServiceConfig.load(
         args.config, index=args.index, shards=shards, ray=ray, host=args.host, port=args.port, workers=args.workers,
@@ -78,8 +78,8 @@ def add_parsers(sub) -> None:
                     "shard scores as one index over the whole collection (BM25 with the shard set's statistics), the "
                     "front merges their top k and reranks once in a batched reranker deployment; pipelines: bm25, "
                     "deepct, flat dense, each alone or >> attention | crossencoder (or 'shards' in --config)")
-    sh.add_argument("--ray-address", help="'local' (default): start a Ray instance in this process; 'auto' or an "
-                    "address: join that cluster")
+    add_ray_address(sh, "the shard and reranker deployments (with --shards: local unless told)")
+    add_deprecated(sh, "--ray-address", "--ray", "ray")
     sh.add_argument("--ray-num-cpus", type=int, help="CPUs of a local Ray instance (default: all)")
     sh.add_argument("--shard-replicas", type=int, help="replicas of each shard's deployment (default 1)")
     sh.add_argument("--reranker-replicas", type=int, help="replicas of each reranker deployment (default 1; a GPU "
