@@ -105,9 +105,11 @@ def test_the_phases_keep_their_own_plans_and_block_files(tmp_path):
 def test_an_estimator_that_compares_documents_is_not_scored_in_blocks(tmp_path):
     from weir.indexer.distributed import RayOptions, score_quality
     from weir.indexer.quality import open_estimator
+    from weir.indexer.quality.gbdt import SurfaceModelQuality
+    from weir.indexer.quality.learned import LearnedQuality
     from weir.indexer.quality.prune import PruneSpec
 
-    assert open_estimator("learned").per_document and open_estimator("surface").per_document
+    assert LearnedQuality.per_document and SurfaceModelQuality.per_document  # (the classes: no model loaded)
     with pytest.raises(InputError, match="compares documents with each other"):
         score_quality(_corpus(tmp_path, 20), open_estimator("duplicates"), PruneSpec("duplicates", 0.1),
                       tmp_path / "index", RayOptions())

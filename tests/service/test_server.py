@@ -282,6 +282,7 @@ def test_metrics_follow_the_grpc_conventions(small_index):
     assert "weir_batch_size_bucket" in text and "weir_requests_in_flight 0.0" in text
 
 
+@pytest.mark.slow  # a server process of its own: the JVM, torch and the index loaded again
 def test_sigterm_drains_and_exits(small_index):
     """`weir serve` in its own process: SERVING, then SIGTERM: it stops taking calls and exits with status 0."""
     import re
