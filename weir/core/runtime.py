@@ -70,8 +70,8 @@ def cache_dir(*parts: str) -> Path:
 
 
 def shipped_model(kind: str) -> Path:
-    """The trained model directory ``models/<kind>`` of the repository, else ``$WEIR_MODELS/<kind>`` (default
-    ``~/.cache/weir/models``)."""
+    """The shipped model directory ``weir/models/<kind>`` (package data, installed with weir), else
+    ``$WEIR_MODELS/<kind>`` (default ``~/.cache/weir/models``)."""
     for base in (MODELS, Path(os.environ.get("WEIR_MODELS") or cache_dir("models"))):
         if (base / kind).is_dir():
             return base / kind
