@@ -26,9 +26,9 @@ def test_six_decimals_as_python_formats_them():
         rng.standard_normal(1000) * 1e-7, rng.standard_normal(1000) * 1e12,
         [0.0, -0.0, 1e-300, -1e-300, 2.0 ** 52, 1e20, -1e20, np.inf, -np.inf, np.nan, 0.5, 1.5, 2.5e-6, 0.0000005],
     ])
-    assert fixed6(values).tolist() == python6(values)
+    assert fixed6(values) == python6(values)
     as32 = rng.standard_normal(20_000).astype(np.float32) * 30
-    assert fixed6(as32).tolist() == python6(as32)
+    assert fixed6(as32) == python6(as32)
 
 
 def ranked(ids, docs, scores, name="s", dtype=np.float32):

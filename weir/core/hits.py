@@ -122,10 +122,46 @@ class Ranked:
         return [{n: v for n, v in zip(names, row) if v == v} for row in zip(*columns)]
 
 
-def fixed6(values: np.ndarray) -> np.ndarray:
-    """``f"{v:.6f}"`` of each value as bytes (an ``S`` array), the same digits: Python rounds a double's exact value
-    half to even; here ``|v| * 1e6`` is rounded, which gives the same integer wherever the product lies more than
-    its rounding error from a half; the few values near a half (and any non-finite one) are formatted by Python."""
+def _groups(rows: np.ndarray) -> np.ndarray:
+    """Rows of three ASCII digits as one uint32 each (the fourth byte a NUL)."""
+    return np.concatenate([rows, np.zeros((len(rows), 1), dtype=np.uint8)], axis=1).view(np.uint32).ravel()
+
+
+_DIGITS = np.array([list(f"{i:03d}".encode()) for i in range(1000)], dtype=np.uint8)
+_THREE = _groups(_DIGITS)  # 7 -> "007"
+_LEADING_ROWS = np.where(np.cumsum(_DIGITS > 48, axis=1) > 0, _DIGITS, 0).astype(np.uint8)
+_LEADING = _groups(_LEADING_ROWS)  # 7 -> NUL NUL "7", 0 -> NULs
+_LEADING_ROWS[0, 2] = 48
+_LAST = _groups(_LEADING_ROWS)  # a number's last digit is always written: 0 -> NUL NUL "0"
+
+
+def _digits(values: np.ndarray, groups: int, lead: bool) -> np.ndarray:
+    """The decimal digits of non-negative integers below ``1000 ** groups`` as ASCII, four bytes a group of three
+    (the fourth a NUL, as are the zeros before the first digit unless ``lead``: the writer drops every NUL)."""
+    parts = []
+    rest = values
+    for _ in range(groups):
+        rest, group = np.divmod(rest, 1000)
+        parts.append(group)
+    parts.reverse()
+    out = np.empty((len(values), groups), dtype=np.uint32)
+    started = np.zeros(len(values), dtype=bool)
+    for j, g in enumerate(parts):
+        if lead:
+            out[:, j] = _THREE[g]
+        elif j == groups - 1:
+            out[:, j] = np.where(started, _THREE[g], _LAST[g])
+        else:
+            out[:, j] = np.where(started, _THREE[g], _LEADING[g])
+            started |= g > 0
+    return out.view(np.uint8)
+
+
+def score_field(values: np.ndarray) -> np.ndarray:
+    """``f"{v:.6f}"`` of each value as a row of bytes (NUL-padded: drop the NULs to read it), the same digits: Python
+    rounds a double's exact value half to even; here ``|v| * 1e6`` is rounded, which gives the same integer wherever
+    the product lies more than its rounding error from a half; the few values near a half (and any non-finite one)
+    are formatted by Python."""
     x = np.asarray(values, dtype=np.float64)
     y = np.abs(x) * SCALE
     with np.errstate(invalid="ignore"):
@@ -134,15 +170,29 @@ def fixed6(values: np.ndarray) -> np.ndarray:
         safe = np.isfinite(y) & (y < 2.0 ** 52) & (np.abs(frac - 0.5) > 4 * np.spacing(np.maximum(y, 1.0)))
     n = np.where(safe, whole + (frac > 0.5), 0).astype(np.int64)
     integer, fraction = np.divmod(n, SCALE)
-    digits = (fraction + SCALE).astype("S7").view(np.uint8).reshape(-1, 7)[:, 1:]
-    out = np.strings.add(np.strings.add(integer.astype("S"), b"."), np.ascontiguousarray(digits).view("S6").ravel())
-    out = np.where(np.signbit(x), np.strings.add(b"-", out), out)
+    groups = -(-len(str(int(integer.max()))) // 3) if len(integer) else 1
+    sign = np.where(np.signbit(x), np.uint8(45), np.uint8(0))[:, None]
+    point = np.full((len(x), 1), 46, dtype=np.uint8)
+    out = np.concatenate([sign, _digits(integer, groups, False), point, _digits(fraction, 2, True)], axis=1)
     unsafe = np.flatnonzero(~safe)
     if len(unsafe):
         text = [f"{v:.6f}".encode() for v in x[unsafe].tolist()]
-        out = out.astype(f"S{max(out.dtype.itemsize, *map(len, text))}")
-        out[unsafe] = text
+        wide = max(out.shape[1], *map(len, text))
+        out = np.concatenate([out, np.zeros((len(x), wide - out.shape[1]), dtype=np.uint8)], axis=1)
+        out[unsafe] = 0
+        for i, t in zip(unsafe.tolist(), text):
+            out[i, :len(t)] = np.frombuffer(t, dtype=np.uint8)
     return out
+
+
+def fixed6(values: np.ndarray) -> list[bytes]:
+    """``f"{v:.6f}".encode()`` of each value, through :func:`score_field` (one by one: for tests)."""
+    return [row.tobytes().translate(None, b"\0") for row in score_field(values)]
+
+
+def _bytes(strings: np.ndarray) -> np.ndarray:
+    """An ``S`` array as a matrix of bytes, a row each (NUL-padded)."""
+    return strings.view(np.uint8).reshape(len(strings), strings.dtype.itemsize)
 
 
 _ranks = np.zeros(0, dtype="S1")
@@ -169,9 +219,12 @@ def trec_lines(queries: Sequence[tuple[str, Ranked]], tag: str) -> bytes | None:
     if any(t is None for t in tables) or b"\0" in suffix or any(b"\0" in p for p in prefixes):
         return None
     counts = [len(r) for _, r in queries]
-    lines = np.repeat(np.array(prefixes, dtype=bytes), counts)
-    lines = np.strings.add(lines, np.concatenate([t[r.docs] for t, (_, r) in zip(tables, queries)]))
-    lines = np.strings.add(lines, np.concatenate([rank_fields(c) for c in counts]))
-    lines = np.strings.add(lines, fixed6(np.concatenate([r.scores.astype(np.float64) for _, r in queries])))
-    lines = np.strings.add(lines, suffix)
-    return lines.tobytes().replace(b"\0", b"")
+    width = max(t.dtype.itemsize for t in tables)
+    columns = [
+        _bytes(np.repeat(np.array(prefixes, dtype=bytes), counts)),
+        _bytes(np.concatenate([t[r.docs].astype(f"S{width}") for t, (_, r) in zip(tables, queries)])),
+        _bytes(np.concatenate([rank_fields(c) for c in counts])),
+        score_field(np.concatenate([r.scores.astype(np.float64) for _, r in queries])),
+    ]
+    suffix = np.broadcast_to(np.frombuffer(suffix, dtype=np.uint8), (len(columns[0]), len(suffix)))
+    return np.concatenate([*columns, suffix], axis=1).tobytes().translate(None, b"\0")
