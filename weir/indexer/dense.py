@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from weir.core.hits import DocIds
 from weir.core.types import InputError
 
 INDEX_TYPES = ("flat", "hnsw", "ivfflat", "ivfpq")
@@ -254,6 +255,11 @@ class DenseIndex:
     def vectors(self) -> np.ndarray:
         """The passage embeddings, float16 (n, dim), memory-mapped: row i is document ``docids[i]``."""
         return np.load(self.path / VECTORS_FILE, mmap_mode="r")
+
+    @cached_property
+    def ids(self) -> DocIds:
+        """Faiss row -> document id, as the table of the hits the dense stage ranks."""
+        return DocIds(self.docids)
 
     @cached_property
     def row_of(self) -> dict[str, int]:

@@ -12,6 +12,9 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
+
+from weir.core.hits import Ranked
 from weir.core.types import Query, Run, replace_hit
 
 
@@ -89,7 +92,7 @@ class Pipeline(Stage):
             if keep is not None:
                 queries = list(keep(queries))
                 if run is not None:
-                    run = Run({q.id: run[q.id] for q in queries if q.id in run}, timings=run.timings)
+                    run = run.only(q.id for q in queries)
                 if not queries:
                     return Run(timings=timings)
             last = i == len(self.stages) - 1
@@ -134,26 +137,28 @@ def apply_scores(queries: Sequence[Query], run: Run, depth: int, scores: Mapping
                  name: str) -> Run:
     """A new run: each query's top ``depth`` hits rescored with ``scores[qid]`` (one per hit, in run order) and
     sorted (ties by docid), recorded in ``stage_scores[name]``; the hits below ``depth`` follow in their old order with
-    scores below the lowest new one. Queries of ``run`` that are not in ``queries`` are passed on unchanged."""
+    scores below the lowest new one. Queries of ``run`` that are not in ``queries`` are passed on unchanged. Done on
+    the queries' arrays (:meth:`weir.core.types.Run.ranking`): no ``Hit`` is made."""
     out = Run(timings=run.timings)
-    for qid, hits in run.items():
-        head, tail = hits[:depth], hits[depth:]
+    for qid in run:
+        hits = run.ranking(qid)
         new = scores.get(qid)
+        head = min(depth, len(hits))
         if new is None or not head:
-            out[qid] = [replace_hit(h) for h in hits]
+            out[qid] = hits
             continue
-        if len(new) != len(head):
-            raise ValueError(f"{name}: {len(new)} scores for {len(head)} candidates of query {qid}")
-        rescored = []
-        for h, s in zip(head, new):
-            h = replace_hit(h, score=float(s))
-            h.stage_scores[name] = float(s)
-            rescored.append(h)
-        rescored.sort(key=lambda h: (-h.score, h.doc_id))
-        floor = rescored[-1].score
-        rest = [replace_hit(h, score=floor - 1.0 - i) for i, h in enumerate(tail)]
-        merged = rescored + rest
-        for rank, h in enumerate(merged, start=1):
-            h.rank = rank
-        out[qid] = merged
+        if len(new) != head:
+            raise ValueError(f"{name}: {len(new)} scores for {head} candidates of query {qid}")
+        new = np.asarray(new, dtype=np.float64)
+        order = np.lexsort((hits.ids.rank[hits.docs[:head]], -new))
+        floor = new[order[-1]]
+        rest = (floor - 1.0) - np.arange(len(hits) - head)
+        stages = {}
+        for stage, column in [*hits.stages.items(), *([] if name in hits.stages else [(name, None)])]:
+            column = np.full(len(hits), np.nan) if column is None else column.astype(np.float64)
+            if stage == name:
+                column[:head] = new
+            stages[stage] = np.concatenate([column[:head][order], column[head:]])
+        out[qid] = Ranked(hits.ids, np.concatenate([hits.docs[:head][order], hits.docs[head:]]),
+                          np.concatenate([new[order], rest]), stages)
     return out

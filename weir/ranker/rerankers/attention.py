@@ -180,7 +180,7 @@ class AttentionReranker(Reranker):
         return combine(self.model, pairs, masses, calib)
 
     def rerank(self, queries: Sequence[Query], run: Run, depth: int) -> Run:
-        candidates = {q.id: run.get(q.id, [])[:depth] for q in queries}
+        candidates = {q.id: run.top(q.id, depth) for q in queries}
         return apply_scores(queries, run, depth, self.score_pairs(queries, candidates), self.name)
 
 

@@ -48,7 +48,7 @@ class CrossEncoderReranker(Reranker):
         return out
 
     def rerank(self, queries: Sequence[Query], run: Run, depth: int) -> Run:
-        pairs = [(q, h.doc_id) for q in queries for h in run.get(q.id, [])[:depth]]
+        pairs = [(q, h.doc_id) for q in queries for h in run.top(q.id, depth)]
         docs = self.index.documents([d for _, d in pairs]) if pairs else {}
         scores = self.score([q.text for q, _ in pairs], [docs[d].contents if d in docs else "" for _, d in pairs])
         by_query: dict[str, list[float]] = {}

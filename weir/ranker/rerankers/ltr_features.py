@@ -206,7 +206,7 @@ class FeatureExtractor:
     def extract(self, queries: Sequence[Query], run: Run, depth: int) -> tuple[np.ndarray, list[tuple[str, int]]]:
         """Rows for the top ``depth`` hits of each query (queries in order, hits in run order): the matrix and, per
         row, (query id, position of the hit in the query's list)."""
-        candidates = {q.id: run.get(q.id, [])[:depth] for q in queries}
+        candidates = {q.id: run.top(q.id, depth) for q in queries}
         docs = self._analyzed([h.doc_id for hits in candidates.values() for h in hits])
         cosines = self._cosines(queries, candidates)
         col = {n: i for i, n in enumerate(self.names)}

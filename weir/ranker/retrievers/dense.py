@@ -11,7 +11,8 @@ import numpy as np
 from weir.indexer.dense import open_dense
 from weir.indexer.index_dir import Index
 from weir.ranker.stage import Retriever
-from weir.core.types import Hit, Query, Run
+from weir.core.hits import Ranked
+from weir.core.types import Query, Run
 
 
 class DenseRetriever(Retriever):
@@ -37,12 +38,15 @@ class DenseRetriever(Retriever):
         return self.encoder.encode_queries([q.text for q in queries])
 
     def retrieve(self, queries: Sequence[Query], k: int) -> Run:
-        run = Run({q.id: [] for q in queries})
+        """The top ``k`` of each query as arrays (faiss's order; rows faiss did not fill, -1, left out)."""
+        run = Run()
         if not queries:
             return run
         scores, rows = self.dense.search(self.encode(queries), k, self.params)
-        docids, name = self.dense.docids, self.name
-        for q, q_scores, q_rows in zip(queries, scores.tolist(), rows.tolist()):
-            run[q.id] = [Hit(docids[row], score, rank, {name: score})
-                         for rank, (score, row) in enumerate(((s, r) for s, r in zip(q_scores, q_rows) if r >= 0), start=1)]
+        ids = self.dense.ids
+        for q, q_scores, q_rows in zip(queries, scores, rows):
+            found = q_rows >= 0
+            if not found.all():
+                q_scores, q_rows = q_scores[found], q_rows[found]
+            run[q.id] = Ranked.of_stage(ids, q_rows, q_scores, self.name)
         return run

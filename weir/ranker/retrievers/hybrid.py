@@ -1,7 +1,8 @@
 """Hybrid first stage: fuse the rankings of two or more first stages (default BM25 + dense), with the settings tuned on
 a training split by `weir tune fusion` (:mod:`weir.training.fusion`) when the index has them.
 
-Methods (pure functions over one query's ``{docid: score}`` lists, tested on hand-computed cases):
+Methods (pure functions over one query's ``{docid: score}`` lists, tested on hand-computed cases; :func:`fuse` does the
+same arithmetic on a query's arrays, :class:`weir.core.hits.Ranked`, which is how the pipelines fuse):
 
 - ``rrf``: reciprocal rank fusion (Cormack et al. 2009), ``sum_i w_i / (k + rank_i(d))`` with ``k = 60``; a document
   absent from a stage's list gets nothing from it;
@@ -16,6 +17,10 @@ Fused hits keep each stage's own scores in ``Hit.stage_scores`` (e.g. ``{"bm25":
 Settings (:func:`hybrid_settings`): explicit options, else ``<index>/tuning/fusion.json`` when its stages match,
 else the defaults below (chosen on SciFact's training split). ``deepimpact+bm25`` (:func:`impact_fusion_settings`)
 takes its weights from the DeepImpact model card instead, where `weir train deepimpact` recorded them.
+
+A fusion whose weight is all on one stage (the shipped DeepImpact card's ``deepimpact+bm25``: 1.0 and 0.0) serves that
+stage alone (:meth:`HybridRetriever._serve_alone`): the same hits and scores, the other stages searched only for the
+queries where their documents could enter the top k, and no score of a weight-0 stage on the hits.
 """
 
 from __future__ import annotations
@@ -27,8 +32,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from weir.core.hits import DocIds, Ranked
+from weir.core.types import InputError, Query, Run
 from weir.ranker.stage import Retriever
-from weir.core.types import Hit, InputError, Query, Run
 
 METHODS = ("rrf", "minmax", "zscore")
 RRF_K = 60
@@ -49,23 +57,32 @@ def check_method(method: str) -> str:
     return method
 
 
+def normalized(values: np.ndarray, method: str) -> np.ndarray:
+    """Min-max or z-score normalization of one query's scores, as float64 (the operations of :func:`normalize`, value
+    for value: z-score's sums are Python's, left to right)."""
+    values = np.asarray(values, dtype=np.float64)
+    if not len(values):
+        return values
+    if method == "minmax":
+        lo, hi = values.min(), values.max()
+        if hi == lo:
+            return np.ones(len(values))
+        return (values - lo) / (hi - lo)
+    if method == "zscore":
+        listed = values.tolist()
+        mean = sum(listed) / len(listed)
+        std = math.sqrt(sum((v - mean) ** 2 for v in listed) / len(listed))
+        if std == 0:
+            return np.zeros(len(values))
+        return (values - mean) / std
+    raise InputError(f"unknown normalization {method!r}; known: minmax, zscore")
+
+
 def normalize(scores: Mapping[str, float], method: str) -> dict[str, float]:
     """Min-max or z-score normalization of one query's scores."""
     if not scores:
         return {}
-    values = list(scores.values())
-    if method == "minmax":
-        lo, hi = min(values), max(values)
-        if hi == lo:
-            return {d: 1.0 for d in scores}
-        return {d: (s - lo) / (hi - lo) for d, s in scores.items()}
-    if method == "zscore":
-        mean = sum(values) / len(values)
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-        if std == 0:
-            return {d: 0.0 for d in scores}
-        return {d: (s - mean) / std for d, s in scores.items()}
-    raise InputError(f"unknown normalization {method!r}; known: minmax, zscore")
+    return dict(zip(scores, normalized(np.fromiter(scores.values(), np.float64, len(scores)), method).tolist()))
 
 
 def rrf(rankings: Sequence[Sequence[str]], weights: Sequence[float] | None = None, k: int = RRF_K) -> dict[str, float]:
@@ -82,38 +99,73 @@ def linear(score_lists: Sequence[Mapping[str, float]], weights: Sequence[float] 
            method: str = "minmax") -> dict[str, float]:
     """Weighted sum of normalized scores; a document missing from a list gets that list's lowest normalized score."""
     weights = list(weights) if weights is not None else [1.0] * len(score_lists)
-    normalized = [normalize(scores, method) for scores in score_lists]
+    norms = [normalize(scores, method) for scores in score_lists]
     docs = dict.fromkeys(d for scores in score_lists for d in scores)
     fused = dict.fromkeys(docs, 0.0)
-    for norm, w in zip(normalized, weights, strict=True):
+    for norm, w in zip(norms, weights, strict=True):
         floor = min(norm.values()) if norm else 0.0
         for d in docs:
             fused[d] += w * norm.get(d, floor)
     return fused
 
 
+def _common(rankings: Sequence[Ranked]) -> tuple[DocIds, list[np.ndarray]]:
+    """One numbering for the documents of stages numbered differently: the first ranking's table when it holds every
+    document, else one made of this query's documents; and each ranking's documents in it."""
+    table = next((r.ids for r in rankings if len(r)), rankings[0].ids)
+    positions = []
+    for r in rankings:
+        at = r.docs if r.ids is table else table.find(r.ids.ids[r.docs])
+        if len(at) and at.min() < 0:
+            table = DocIds(list(dict.fromkeys(d for r in rankings for d in r.doc_ids())))
+            return table, [table.find(r.ids.ids[r.docs]) for r in rankings]
+        positions.append(at)
+    return table, positions
+
+
+def fuse(rankings: Sequence[Ranked], *, method: str = "rrf", weights: Sequence[float] | None = None, k: int = RRF_K,
+         depth: int | None = None, name: str = "hybrid") -> Ranked:
+    """One query's fusion of the rankings of several stages (a document at most once in each), on arrays: the scores
+    of :func:`rrf` or :func:`linear`, bit for bit, sorted best first with ties by docid, top ``depth``. Each hit keeps
+    the stages' scores it has (a later ranking's replacing an earlier's of the same name) and the fused one as
+    ``name``."""
+    weights = list(weights) if weights is not None else [1.0] * len(rankings)
+    table, positions = _common(rankings)
+    union = np.unique(np.concatenate(positions)) if positions else np.zeros(0, dtype=np.int64)
+    fused = np.zeros(len(union))
+    stages: dict[str, np.ndarray] = {}
+    for r, at, w in zip(rankings, positions, weights, strict=True):
+        at = np.searchsorted(union, at)
+        if method == "rrf":
+            fused[at] += w / (k + np.arange(1, len(r) + 1))
+        else:
+            norm = normalized(r.scores, method)
+            part = np.full(len(union), w * (norm.min() if len(norm) else 0.0))
+            part[at] = w * norm
+            fused += part
+        for stage, column in r.stages.items():
+            merged = stages.setdefault(stage, np.full(len(union), np.nan))
+            merged[at] = np.where(np.isnan(column), merged[at], column)
+    stages[name] = fused
+    order = np.lexsort((table.rank[union], -fused))[:depth]
+    return Ranked(table, union[order], fused[order], {n: a[order] for n, a in stages.items()})
+
+
+NO_HITS = Ranked(DocIds([]), np.zeros(0, dtype=np.int64), np.zeros(0))
+
+
 def fuse_runs(runs: Sequence[Run], *, method: str = "rrf", weights: Sequence[float] | None = None, k: int = RRF_K,
               depth: int | None = None, name: str = "hybrid") -> Run:
-    """Fuse per-query the runs of several stages (each ranked best first) into one ranked run of ``depth`` hits."""
+    """Fuse per-query the runs of several stages (each ranked best first) into one ranked run of ``depth`` hits
+    (:func:`fuse`, on the runs' arrays)."""
     method = check_method(method)
     if weights is not None and len(weights) != len(runs):
         raise InputError(f"{len(weights)} fusion weight(s) for {len(runs)} stages")
     out = Run()
-    qids = dict.fromkeys(qid for run in runs for qid in run)
-    for qid in qids:
-        lists = [run.get(qid, []) for run in runs]
-        if method == "rrf":
-            fused = rrf([[h.doc_id for h in hits] for hits in lists], weights, k)
-        else:
-            fused = linear([{h.doc_id: h.score for h in hits} for hits in lists], weights, method)
-        stage_scores: dict[str, dict[str, float]] = {}
-        for hits in lists:
-            for h in hits:
-                stage_scores.setdefault(h.doc_id, {}).update(h.stage_scores)
-        hits = [Hit(d, s, 0, {**stage_scores[d], name: s}) for d, s in fused.items()]
-        hits.sort(key=lambda h: (-h.score, h.doc_id))
-        out[qid] = hits[:depth] if depth else hits
-    return out.ranked()
+    for qid in dict.fromkeys(qid for run in runs for qid in run):
+        rankings = [run.ranking(qid) if qid in run else NO_HITS for run in runs]
+        out[qid] = fuse(rankings, method=method, weights=weights, k=k, depth=depth, name=name)
+    return out
 
 
 class HybridRetriever(Retriever):
@@ -151,22 +203,61 @@ class HybridRetriever(Retriever):
                 "weights": self.weights, "rrf_k": self.rrf_k, "depth": self.depths}
 
     def stage_runs(self, queries: Sequence[Query], k: int) -> list[Run]:
-        runs = []
-        for stage, depth in zip(self.stages, self.depths):
-            start = time.perf_counter()
-            runs.append(stage.retrieve(queries, max(depth, k)))
-            self.last_timings[stage.name] = time.perf_counter() - start
-        return runs
+        return [self._search(i, queries, k) for i in range(len(self.stages))]
+
+    def _search(self, i: int, queries: Sequence[Query], k: int) -> Run:
+        stage, start = self.stages[i], time.perf_counter()
+        run = stage.retrieve(queries, max(self.depths[i], k))
+        self.last_timings[stage.name] = self.last_timings.get(stage.name, 0.0) + time.perf_counter() - start
+        return run
+
+    def alone(self) -> int | None:
+        """The stage that has all the weight, when every other stage's weight is 0 (then it is served alone)."""
+        weighted = [i for i, w in enumerate(self.weights or ()) if w > 0]
+        return weighted[0] if len(weighted) == 1 else None
 
     def retrieve(self, queries: Sequence[Query], k: int) -> Run:
         self.last_timings = {}
-        runs = self.stage_runs(queries, k)
-        start = time.perf_counter()
-        run = fuse_runs(runs, method=self.method, weights=self.weights, k=self.rrf_k, depth=k, name=self.name)
+        alone = self.alone()
+        if alone is None:
+            runs = self.stage_runs(queries, k)
+            start = time.perf_counter()
+            run = fuse_runs(runs, method=self.method, weights=self.weights, k=self.rrf_k, depth=k, name=self.name)
+        else:
+            start = time.perf_counter()
+            run = self._serve_alone(queries, k, alone)
+            start += sum(self.last_timings.values())  # the stages' own time is theirs, not the fusion's
         for q in queries:
-            run.setdefault(q.id, [])
+            if q.id not in run:
+                run[q.id] = []
         self.last_timings["fusion"] = time.perf_counter() - start
         return run
+
+    def _serve_alone(self, queries: Sequence[Query], k: int, alone: int) -> Run:
+        """A fusion whose weight is all on one stage, served by that stage alone. Every document only the other
+        stages find would get the same fused score, the floor (0 for RRF, the weighted stage's lowest for min-max and
+        z-score), so where the weighted stage has ``k`` documents above the floor, its ranking with the fused scores
+        is the fusion's top ``k``, and the other stages are not searched. For a query where it has fewer, they are,
+        and the query is fused as usual. Either way the hits carry no score of a stage whose weight is 0."""
+        served = self._search(alone, queries, k)
+        fused: dict[str, Ranked] = {}
+        short = []
+        for q in queries:
+            r = served.ranking(q.id) if q.id in served else NO_HITS
+            full = fuse([r], method=self.method, weights=[self.weights[alone]], k=self.rrf_k, name=self.name)
+            floor = 0.0 if self.method == "rrf" or not len(full) else full.scores[-1]
+            if k == 0 or (len(full) >= k and full.scores[k - 1] > floor):
+                fused[q.id] = full.take(slice(k))
+            else:
+                short.append(q)
+        if short:
+            runs = [served if i == alone else self._search(i, short, k) for i in range(len(self.stages))]
+            for q in short:
+                r = fuse([run.ranking(q.id) if q.id in run else NO_HITS for run in runs], method=self.method,
+                         weights=self.weights, k=self.rrf_k, depth=k, name=self.name)
+                keep = {self.name, *(served.ranking(q.id).stages if q.id in served else ())}
+                fused[q.id] = Ranked(r.ids, r.docs, r.scores, {n: a for n, a in r.stages.items() if n in keep})
+        return Run({q.id: fused[q.id] for q in queries})
 
 
 def parse_weights(text: str | Sequence[float] | None, stages: Sequence[str]) -> list[float] | None:

@@ -34,7 +34,8 @@ from weir.core import bm25
 from weir.indexer.postings import LENGTH_TABLE, Postings
 from weir.indexer.shards import CollectionStatistics
 from weir.ranker.stage import Retriever
-from weir.core.types import Hit, Query, Run
+from weir.core.hits import DocIds, Ranked
+from weir.core.types import Query, Run
 
 ONE = np.float32(1)
 BLOCK = 1 << 20  # postings per block when scores are precomputed (bounds the temporaries to ~30 MiB)
@@ -147,12 +148,10 @@ class InvertedIndex:
         self.scores = scores
         self.postings = postings
         self.docids = docids
+        self.ids = DocIds(docids)  # doc number -> collection id, for the hits this engine ranks
         # rank of each document's id in string order: the tie-break after the score
-        self.id_rank = np.empty(len(docids), dtype=np.int32)
-        order = np.argsort(np.asarray(docids, dtype=str), kind="stable")
-        self.id_rank[order] = np.arange(len(docids), dtype=np.int32)
+        self.id_rank = self.ids.rank
         self._doc_numbers: dict[str, int] | None = None
-        self._docid_array = np.asarray(docids, dtype=object)
 
     def _accumulate(self, weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         """Every document's score (the double sum of its float term scores; one ``bincount`` over the postings of
@@ -181,7 +180,7 @@ class InvertedIndex:
 
     def docids_of(self, docs: np.ndarray) -> list[str]:
         """The collection ids of Lucene doc numbers."""
-        return self._docid_array[docs].tolist()
+        return self.ids.of(docs)
 
     def top(self, weights: Mapping[str, float], k: int) -> tuple[np.ndarray, np.ndarray]:
         """The top ``k`` as arrays: Lucene doc numbers and float32 scores, best first."""
@@ -237,10 +236,9 @@ class SparseRetriever(Retriever):
         return [self.engine.search(w, k) for w in self.weights(texts)]
 
     def retrieve(self, queries: Sequence[Query], k: int) -> Run:
+        """The top ``k`` of each query, held as arrays (no ``Hit`` is made unless a caller asks for one)."""
         name, engine, run = self.name, self.engine, Run()
         for q, weights in zip(queries, self.weights([q.text for q in queries])):
             docs, scores = engine.top(weights, k)
-            values = scores.tolist()  # one Hit per hit is most of a deep run's cost: built in bulk
-            run[q.id] = list(map(Hit, engine.docids_of(docs), values, range(1, len(values) + 1),
-                                 [{name: v} for v in values]))
+            run[q.id] = Ranked.of_stage(engine.ids, docs, scores, name)
         return run
