@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -20,3 +21,14 @@ def summary(values: list[float]) -> str:
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def corpus(path: Path) -> tuple[list[str], list[str]]:
+    """A collection's ids and flat texts (title + text, BEIR's convention), as the peer engines index them."""
+    ids, texts = [], []
+    with open(path / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            ids.append(d["id"])
+            texts.append(f"{d.get('title') or ''} {d.get('text') or ''}".strip())
+    return ids, texts

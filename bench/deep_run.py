@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import COLLECTIONS, ROOT, summary
+from _common import COLLECTIONS, ROOT, corpus, summary
 
 
 def bm25s_run(collection: Path, topics: Path, k: int, out: Path, threads: int) -> None:
@@ -42,12 +42,7 @@ def bm25s_run(collection: Path, topics: Path, k: int, out: Path, threads: int) -
     import bm25s
     import Stemmer
 
-    ids, docs = [], []
-    with open(collection / "corpus.jsonl", encoding="utf-8") as f:
-        for line in f:
-            d = json.loads(line)
-            ids.append(d["id"])
-            docs.append(f"{d.get('title') or ''} {d.get('text') or ''}".strip())
+    ids, docs = corpus(collection)
     stemmer = Stemmer.Stemmer("english")
     retriever = bm25s.BM25(method="lucene", k1=0.9, b=0.4)
     retriever.index(bm25s.tokenize(docs, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)

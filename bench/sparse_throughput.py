@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import COLLECTIONS, ROOT, percentile, summary
+from _common import COLLECTIONS, ROOT, corpus, percentile, summary
 
 
 def rss_mib() -> float:
@@ -60,16 +60,6 @@ def memory_child(index_path: str) -> None:
     gc.collect()
     print(json.dumps({"load_s": seconds, "rss_mib": rss_mib() - before, "arrays_mib": bm25.engine.nbytes / 2**20,
                       "documents": bm25.engine.postings.max_doc, "postings": len(bm25.engine.postings.docs)}))
-
-
-def corpus(path: Path) -> tuple[list[str], list[str]]:
-    ids, texts = [], []
-    with open(path / "corpus.jsonl", encoding="utf-8") as f:
-        for line in f:
-            d = json.loads(line)
-            ids.append(d["id"])
-            texts.append(f"{d.get('title') or ''} {d.get('text') or ''}".strip())
-    return ids, texts
 
 
 def main() -> None:
