@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import json
 import re
 import shlex
 import statistics
