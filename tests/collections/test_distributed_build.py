@@ -1,6 +1,8 @@
 """The distributed build on Ray (``weir index build --ray``, :mod:`weir.indexer.distributed`) gives the single-process
 index: the first 300 documents of Cranfield (real text) in blocks of 256 (the term weighting batch) on 2 local
-workers, so one block of 256 and one of 44. Killed as a whole after its first block file, a build of bm25, deepct
+workers, so one block of 256 and one of 44. The transformer passes are what these tests wait on, so all but the first
+ten documents are cut to their first 48 words (a quarter of the average); the ten whole ones keep passages that span
+several term-weighting windows in the first block. Killed as a whole after its first block file, a build of bm25, deepct
 and deepimpact run again resumes from it and gives the single-process index: every run of every component equal, ids,
 order and scores. A shard set built on Ray (``--shard-set 2``, bm25, deepct, deepimpact and dense) with one worker
 killed mid-build holds the single index's postings and vectors (the same bits) in its two shards, the killed
@@ -35,6 +37,7 @@ from tests.conftest import ROOT, collection, in_loopback_namespace
 pytestmark = pytest.mark.data
 
 DOCUMENTS, BLOCK = 300, 256
+WHOLE, WORDS = 10, 48  # the first WHOLE documents as they are, the others cut to their first WORDS words
 COMPONENTS = "bm25,deepct,deepimpact,dense"
 LEXICAL = "bm25,deepct,deepimpact"
 TIMEOUT = 900
@@ -71,8 +74,10 @@ def subset(tmp_path_factory) -> Path:
     coll = tmp_path_factory.mktemp("distributed") / f"cranfield-{DOCUMENTS}"
     coll.mkdir()
     with open(source / "corpus.jsonl", encoding="utf-8") as f:
-        lines = [next(f) for _ in range(DOCUMENTS)]
-    (coll / "corpus.jsonl").write_text("".join(lines), encoding="utf-8")
+        docs = [json.loads(next(f)) for _ in range(DOCUMENTS)]
+    for doc in docs[WHOLE:]:
+        doc["text"] = " ".join(doc["text"].split()[:WORDS])
+    (coll / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
     for name in ("queries.tsv", "qrels.txt"):
         shutil.copy(source / name, coll / name)
     return coll
