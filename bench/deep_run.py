@@ -15,15 +15,20 @@ ratios bm25s seconds / weir seconds):
 The topics: the collection's ``queries.tsv`` repeated ``--repeat`` times with distinct query ids (``qid.r``).
 ``--fusion`` adds, for the fusion pipelines (``hybrid``, ``deepimpact+bm25``) over the topics once at k 1000, the
 milliseconds a query of the search itself (``weir run``'s own timing, writing excluded), weir against ``--before``.
+``--experiment`` adds ``weir experiment`` over the demo's non-neural pipelines (bm25, deepct, deepimpact,
+deepimpact+bm25) on the topics at k 1000: each row's ms/query as the experiment records it (results.json), weir
+against ``--before``, and the rows' sum.
 
 Usage: python bench/deep_run.py [--index /tmp/behaviour/indexes/scifact] [--collection .../beir-scifact]
        [--repeat 50] [--k 1000,100] [--pipelines bm25,deepimpact] [--rounds 3] [--before CMD] [--fusion]
+       [--experiment] [--no-whole]
 """
 
 from __future__ import annotations
 
 import argparse
 import filecmp
+import json
 import re
 import shlex
 import statistics
@@ -127,6 +132,31 @@ def fusion(args, weir: list[str], before: list[str] | None, work: Path) -> None:
         print(f"  {pipeline:<16} {line}{ratio}")
 
 
+EXPERIMENT_PIPELINES = ("bm25", "deepct", "deepimpact", "deepimpact+bm25")  # the demo's pipelines without a model
+
+
+def experiment(args, weir: list[str], before: list[str] | None, work: Path) -> None:
+    commands = {"weir": weir, **({"weir before": before} if before else {})}
+    ms: dict[str, dict[str, list[float]]] = {c: {p: [] for p in (*EXPERIMENT_PIPELINES, "sum")} for c in commands}
+    for _ in range(args.rounds):
+        for name, cmd in commands.items():
+            out = work / f"experiment.{name.replace(' ', '_')}"
+            timed([*cmd, "experiment", "--index", str(args.index), "--topics", str(args.collection / "queries.tsv"),
+                   "--qrels", str(args.collection / "qrels.txt"), "--pipelines", ",".join(EXPERIMENT_PIPELINES),
+                   "--measures", "nDCG@10,R@100", "-k", "1000", "--out", str(out)])
+            rows = {s["label"]: s["ms_per_query"] for s in json.loads((out / "results.json").read_text())["systems"]}
+            for p in EXPERIMENT_PIPELINES:
+                ms[name][p].append(rows[p])
+            ms[name]["sum"].append(sum(rows[p] for p in EXPERIMENT_PIPELINES))
+    print(f"\n`weir experiment`, non-neural rows, k 1000, ms/query as recorded (median [min-max] of {args.rounds}):")
+    for p in (*EXPERIMENT_PIPELINES, "sum"):
+        line = "  ".join(f"{name} {statistics.median(v[p]):.2f} [{min(v[p]):.2f}-{max(v[p]):.2f}]"
+                         for name, v in ms.items())
+        ratio = (f"  before/after {statistics.median(b / a for b, a in zip(ms['weir before'][p], ms['weir'][p])):.2f}x"
+                 if before else "")
+        print(f"  {p:<16} {line}{ratio}")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "bm25s":
         ap = argparse.ArgumentParser()
@@ -150,6 +180,7 @@ def main() -> None:
     ap.add_argument("--before", help="an earlier weir's command, measured alongside")
     ap.add_argument("--bm25s-threads", type=int, default=1)
     ap.add_argument("--fusion", action="store_true", help="also the fusion pipelines' ms/query")
+    ap.add_argument("--experiment", action="store_true", help="also `weir experiment`'s non-neural rows")
     ap.add_argument("--no-whole", action="store_true", help="skip the whole-process table")
     args = ap.parse_args()
     weir, before = shlex.split(args.weir), shlex.split(args.before) if args.before else None
@@ -158,6 +189,8 @@ def main() -> None:
             whole_process(args, weir, before, Path(tmp))
         if args.fusion:
             fusion(args, weir, before, Path(tmp))
+        if args.experiment:
+            experiment(args, weir, before, Path(tmp))
 
 
 if __name__ == "__main__":
