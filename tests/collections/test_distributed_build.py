@@ -9,9 +9,9 @@ killed mid-build holds the single index's postings and vectors (the same bits) i
 worker's block retried on a restarted actor. (What ``--shard I/N --ray`` hands the workers is checked without Ray,
 in tests/indexer/test_distributed_plan.py.)
 
-With ``--prune learned:0.25`` the quality scoring runs on the workers too: over the whole of Cranfield (1,398 non-empty
-documents, two blocks of the learned estimator's 1024) its scores must be the single-process build's bits, prune the
-same documents and give the same BM25 runs; run again, the build reuses the quality block files.
+With ``--prune learned:0.25`` the quality scoring runs on the workers too: over the whole of Cranfield, cut as above
+(1,398 non-empty documents, two blocks of the learned estimator's 1024) its scores must be the single-process build's
+bits, prune the same documents and give the same BM25 runs; run again, the build reuses the quality block files.
 
 Ray runs in a child process of the build, started here through the command line in a loopback-only network
 namespace where one can be made (root and ``unshare``): there Ray binds 127.0.0.1 only (../shared/DESIGN.md).
@@ -68,19 +68,24 @@ def _block_files(work: Path) -> list[Path]:
     return sorted(p for p in (work / "blocks").glob("*.pkl")) if (work / "blocks").is_dir() else []
 
 
-@pytest.fixture(scope="module")
-def subset(tmp_path_factory) -> Path:
+def _cut_cranfield(root: Path, documents: int | None) -> Path:
+    """The first ``documents`` of Cranfield (all: None) under ``root``, all but the first WHOLE cut to WORDS words."""
     source = collection("cranfield")
-    coll = tmp_path_factory.mktemp("distributed") / f"cranfield-{DOCUMENTS}"
+    coll = root / f"cranfield-{documents or 'all'}"
     coll.mkdir()
     with open(source / "corpus.jsonl", encoding="utf-8") as f:
-        docs = [json.loads(next(f)) for _ in range(DOCUMENTS)]
+        docs = [json.loads(line) for _, line in zip(range(documents or 1 << 30), f)]
     for doc in docs[WHOLE:]:
         doc["text"] = " ".join(doc["text"].split()[:WORDS])
     (coll / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
     for name in ("queries.tsv", "qrels.txt"):
         shutil.copy(source / name, coll / name)
     return coll
+
+
+@pytest.fixture(scope="module")
+def subset(tmp_path_factory) -> Path:
+    return _cut_cranfield(tmp_path_factory.mktemp("distributed"), DOCUMENTS)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +171,7 @@ def test_quality_scoring_on_the_workers_prunes_as_one_process(tmp_path):
     from weir.ranker import registry
     from weir.core.trec import read_topics
 
-    coll = collection("cranfield")
+    coll = _cut_cranfield(tmp_path, None)
     single = tmp_path / "single"
     build_index(coll, single, skip_empty=True, prune=PruneSpec("learned", fraction=0.25))
     out, work, log = tmp_path / "index", tmp_path / "work", tmp_path / "build.log"
