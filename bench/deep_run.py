@@ -10,7 +10,11 @@ ratios bm25s seconds / weir seconds):
   same index; its run file is compared with ``weir``'s byte for byte;
 - ``bm25s``: bm25s (``method="lucene"``, k1 0.9, b 0.4, PyStemmer English stemmer, English stopwords, title + text,
   ``n_threads=--bm25s-threads``) tokenizing and indexing the corpus, then tokenizing and retrieving the same topics
-  and writing the same TREC lines, in its own process (this file, ``bm25s`` mode).
+  and writing the same TREC lines, in its own process (this file, ``bm25s`` mode);
+- ``pyserini`` (bm25 rows, ``--pyserini``): pyserini's ``LuceneSearcher`` over the Lucene index of weir's bm25
+  component (Anserini's default English analyzer, as ``pyserini.index.lucene`` builds it: a prebuilt index, so its
+  time is search + write, no indexing), k1 0.9, b 0.4, ``batch_search`` with ``--bm25s-threads`` threads, writing the
+  same TREC lines, in its own process (``pyserini`` mode).
 
 The topics: the collection's ``queries.tsv`` repeated ``--repeat`` times with distinct query ids (``qid.r``).
 ``--fusion`` adds, for the fusion pipelines (``hybrid``, ``deepimpact+bm25``) over the topics once at k 1000, the
@@ -21,7 +25,7 @@ against ``--before``, and the rows' sum.
 
 Usage: python bench/deep_run.py [--index /tmp/behaviour/indexes/scifact] [--collection .../beir-scifact]
        [--repeat 50] [--k 1000,100] [--pipelines bm25,deepimpact] [--rounds 3] [--before CMD] [--fusion]
-       [--experiment] [--no-whole]
+       [--pyserini] [--experiment] [--no-whole]
 """
 
 from __future__ import annotations
@@ -58,6 +62,22 @@ def bm25s_run(collection: Path, topics: Path, k: int, out: Path, threads: int) -
             f.writelines(f"{qid} Q0 {ids[d]} {r} {s:.6f} bm25s\n" for r, (d, s) in enumerate(zip(rows, values), 1))
 
 
+def pyserini_run(lucene_index: Path, topics: Path, k: int, out: Path, threads: int) -> None:
+    """pyserini from a prebuilt Lucene index to the run file, in this process."""
+    from weir.core import jvm
+
+    jvm.ensure()  # the JDK 21 that pyserini's jar needs (../shared/DESIGN.md), before pyserini starts a JVM
+    from pyserini.search.lucene import LuceneSearcher
+
+    searcher = LuceneSearcher(str(lucene_index))
+    searcher.set_bm25(0.9, 0.4)
+    qids, texts = zip(*(line.rstrip("\n").split("\t", 1) for line in open(topics, encoding="utf-8") if line.strip()))
+    found = searcher.batch_search(list(texts), list(qids), k=k, threads=threads)
+    with open(out, "w", encoding="utf-8") as f:
+        for qid in qids:
+            f.writelines(f"{qid} Q0 {h.docid} {r} {h.score:.6f} pyserini\n" for r, h in enumerate(found[qid], 1))
+
+
 def timed(command: list[str]) -> tuple[float, float, str]:
     """Wall seconds, peak RSS (MiB) and stderr of one process."""
     start = time.perf_counter()
@@ -89,7 +109,8 @@ def whole_process(args, weir: list[str], before: list[str] | None, work: Path) -
             commands = {"weir": weir}
             if before:
                 commands["weir before"] = before
-            seconds: dict[str, list[float]] = {c: [] for c in [*commands, "bm25s"]}
+            peers = ["bm25s", *(["pyserini"] if args.pyserini and pipeline == "bm25" else [])]
+            seconds: dict[str, list[float]] = {c: [] for c in [*commands, *peers]}
             rss: dict[str, list[float]] = {c: [] for c in seconds}
             for _ in range(args.rounds):
                 for name, cmd in commands.items():
@@ -98,11 +119,13 @@ def whole_process(args, weir: list[str], before: list[str] | None, work: Path) -
                                      pipeline, "-k", str(k), "--out", str(out)])
                     seconds[name].append(s)
                     rss[name].append(m)
-                s, m, _ = timed([sys.executable, __file__, "bm25s", "--collection", str(args.collection), "--topics",
-                                 str(topics), "-k", str(k), "--out", str(work / "bm25s.trec"), "--bm25s-threads",
-                                 str(args.bm25s_threads)])
-                seconds["bm25s"].append(s)
-                rss["bm25s"].append(m)
+                for peer in peers:
+                    source = ["--collection", str(args.collection)] if peer == "bm25s" else \
+                        ["--index", str(args.index / "bm25")]
+                    s, m, _ = timed([sys.executable, __file__, peer, *source, "--topics", str(topics), "-k", str(k),
+                                     "--out", str(work / f"{peer}.trec"), "--bm25s-threads", str(args.bm25s_threads)])
+                    seconds[peer].append(s)
+                    rss[peer].append(m)
             ratios = [b / w for b, w in zip(seconds["bm25s"], seconds["weir"])]
             for name in seconds:
                 ratio = f"{statistics.median(ratios):.2f}x" if name == "weir" else (
@@ -158,16 +181,20 @@ def experiment(args, weir: list[str], before: list[str] | None, work: Path) -> N
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "bm25s":
+    if len(sys.argv) > 1 and sys.argv[1] in ("bm25s", "pyserini"):
         ap = argparse.ArgumentParser()
         ap.add_argument("mode")
         ap.add_argument("--collection", type=Path)
+        ap.add_argument("--index", type=Path)
         ap.add_argument("--topics", type=Path)
         ap.add_argument("-k", type=int)
         ap.add_argument("--out", type=Path)
         ap.add_argument("--bm25s-threads", type=int, default=1)
         a = ap.parse_args()
-        bm25s_run(a.collection, a.topics, a.k, a.out, a.bm25s_threads)
+        if a.mode == "bm25s":
+            bm25s_run(a.collection, a.topics, a.k, a.out, a.bm25s_threads)
+        else:
+            pyserini_run(a.index, a.topics, a.k, a.out, a.bm25s_threads)
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", type=Path, default=Path("/tmp/behaviour/indexes/scifact"))
@@ -180,6 +207,7 @@ def main() -> None:
     ap.add_argument("--before", help="an earlier weir's command, measured alongside")
     ap.add_argument("--bm25s-threads", type=int, default=1)
     ap.add_argument("--fusion", action="store_true", help="also the fusion pipelines' ms/query")
+    ap.add_argument("--pyserini", action="store_true", help="also pyserini's rows (bm25)")
     ap.add_argument("--experiment", action="store_true", help="also `weir experiment`'s non-neural rows")
     ap.add_argument("--no-whole", action="store_true", help="skip the whole-process table")
     args = ap.parse_args()
