@@ -137,3 +137,16 @@ def test_batched_query_analysis_gives_each_text_its_own_terms():
     as_array = jvm.autoclass("io.anserini.analysis.AnalyzerUtils").analyze
     for text in tricky[1:] + ["Ünïcödé naïve café, 3.5 mg/kg (p<0.05)", "x" * 300]:
         assert analyzer.analyze(text) == list(as_array(analyzer.analyzer, text).toArray())
+
+
+def test_a_query_analyzed_in_one_call_gives_its_words_terms():
+    """`query_terms` (the words of a query joined and analyzed at once) gives `terms` (each word analyzed alone, the
+    documents' tokenization) for every query of every shared collection."""
+    from weir.core.trec import read_topics
+    from weir.indexer.weighting import terms as word_analysis
+
+    for name in ("beir-scifact", "beir-arguana", "msmarco-passage-trec-dl-pool", "cacm", "cranfield", "adi"):
+        texts = [q.text for q in read_topics(collection(name) / "queries.tsv")]
+        word_analysis._cache.clear()  # noqa: SLF001 (the memo would answer from the words analyzed one by one)
+        joined = [word_analysis.query_terms(t) for t in texts]
+        assert joined == [word_analysis.terms(t) for t in texts], name

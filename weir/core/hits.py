@@ -32,9 +32,16 @@ class DocIds:
 
     def __init__(self, ids: Sequence[str]):
         self.ids = ids if isinstance(ids, np.ndarray) and ids.dtype == object else np.asarray(list(ids), dtype=object)
+        self._into: dict[int, tuple[DocIds, np.ndarray]] = {}
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def __getstate__(self) -> dict:  # a pickle (to a Ray actor) carries the ids; what is derived is made again there
+        return {"ids": self.ids}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["ids"])
 
     def of(self, ordinals: np.ndarray) -> list[str]:
         """The collection ids of ``ordinals``."""
@@ -70,6 +77,14 @@ class DocIds:
             return np.full(len(wanted), -1, dtype=np.int64)
         at = np.minimum(np.searchsorted(ordered, wanted), len(ordered) - 1)
         return np.where(ordered[at] == wanted, order[at], -1).astype(np.int64)
+
+    def translate(self, other: DocIds) -> np.ndarray:
+        """This table's ordinal of each ordinal of ``other`` (-1 for an id this table lacks), found once per pair of
+        tables and kept: fusing two stages' hits is then an index into it, not a search of strings per query."""
+        kept = self._into.get(id(other))
+        if kept is None or kept[0] is not other:
+            kept = self._into[id(other)] = (other, self.find(other.ids))
+        return kept[1]
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -115,7 +115,7 @@ def _common(rankings: Sequence[Ranked]) -> tuple[DocIds, list[np.ndarray]]:
     table = next((r.ids for r in rankings if len(r)), rankings[0].ids)
     positions = []
     for r in rankings:
-        at = r.docs if r.ids is table else table.find(r.ids.ids[r.docs])
+        at = r.docs if r.ids is table else table.translate(r.ids)[r.docs]
         if len(at) and at.min() < 0:
             table = DocIds(list(dict.fromkeys(d for r in rankings for d in r.doc_ids())))
             return table, [table.find(r.ids.ids[r.docs]) for r in rankings]
