@@ -79,3 +79,15 @@ def test_doc_ids_find_and_rank():
     assert table.rank.tolist() == [1, 0, 2]
     with pytest.raises(KeyError):
         Run()["missing"]
+
+
+def test_doc_ids_translate_another_numbering_once_and_pickle_without_it():
+    import pickle
+
+    table, other = DocIds(["b", "a", "c"]), DocIds(["c", "z", "b", "a"])
+    assert table.translate(other).tolist() == [2, -1, 0, 1]
+    assert table.translate(other) is table.translate(other)  # made once per pair
+    assert table.translate(DocIds(["a"])).tolist() == [1]
+    copy = pickle.loads(pickle.dumps(table))
+    assert copy.ids.tolist() == ["b", "a", "c"] and not copy._into  # noqa: SLF001
+    assert copy.translate(other).tolist() == [2, -1, 0, 1]
