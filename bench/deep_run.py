@@ -62,6 +62,9 @@ def bm25s_run(collection: Path, topics: Path, k: int, out: Path, threads: int) -
             f.writelines(f"{qid} Q0 {ids[d]} {r} {s:.6f} bm25s\n" for r, (d, s) in enumerate(zip(rows, values), 1))
 
 
+PYSERINI_BATCH = 1000  # queries a batch_search call
+
+
 def pyserini_run(lucene_index: Path, topics: Path, k: int, out: Path, threads: int) -> None:
     """pyserini from a prebuilt Lucene index to the run file, in this process."""
     from weir.core import jvm
@@ -72,10 +75,12 @@ def pyserini_run(lucene_index: Path, topics: Path, k: int, out: Path, threads: i
     searcher = LuceneSearcher(str(lucene_index))
     searcher.set_bm25(0.9, 0.4)
     qids, texts = zip(*(line.rstrip("\n").split("\t", 1) for line in open(topics, encoding="utf-8") if line.strip()))
-    found = searcher.batch_search(list(texts), list(qids), k=k, threads=threads)
     with open(out, "w", encoding="utf-8") as f:
-        for qid in qids:
-            f.writelines(f"{qid} Q0 {h.docid} {r} {h.score:.6f} pyserini\n" for r, h in enumerate(found[qid], 1))
+        for start in range(0, len(qids), PYSERINI_BATCH):  # all at once, 15,000 x 1000 hit objects outgrow the RAM
+            part = list(qids[start:start + PYSERINI_BATCH])
+            found = searcher.batch_search(list(texts[start:start + PYSERINI_BATCH]), part, k=k, threads=threads)
+            for qid in part:
+                f.writelines(f"{qid} Q0 {h.docid} {r} {h.score:.6f} pyserini\n" for r, h in enumerate(found[qid], 1))
 
 
 def timed(command: list[str]) -> tuple[float, float, str]:
