@@ -4,11 +4,10 @@ A text is split into words on non-alphanumeric characters (``[^\\W_]+``, Unicode
 alone by Anserini's default English analyzer (lowercase, Lucene's English stopwords, Porter stemming), the analyzer
 of weir's BM25 index. A word yields zero terms (a stopword), one term, or rarely more. Documents go through
 :func:`word_terms`, so a term written to a ``--pretokenized`` Lucene index is exactly the term a query produces. Word
-analysis is memoized per process (a corpus has far fewer distinct words than words). A query's terms
-(:func:`query_terms`) come from the memo when every word is known, else from one call of the analyzer over its words
-joined by spaces: the same terms as word by word (the analyzer's tokenizer breaks at a space and its filters see one
-token at a time; checked on every shared collection's queries), at one crossing into the JVM per query instead of
-one per new word (a third of a cold ``deepct`` run's time went to those crossings).
+analysis is memoized per process (a corpus has far fewer distinct words than words); the words of a text not known
+yet are analyzed together, in one crossing into the JVM rather than one per word (a third of a cold ``deepct`` run's
+time went to those crossings), and give the terms each gives alone (:func:`_learn`; checked on every shared
+collection's queries and on SciFact's passages).
 """
 
 from __future__ import annotations
@@ -44,22 +43,58 @@ def _analyzer():
     return _analyze
 
 
+MARK = "weirwordbreak"  # a word between words analyzed in one call; its term ends in "k", which no Porter rewrite
+# of a suffix makes, so only a word that contains MARK could yield it (such a word is analyzed alone)
+
+
+def _remember(word: str, found: tuple[str, ...]) -> None:
+    if len(_cache) < 2_000_000:
+        _cache[word] = found
+
+
 def analyze_word(word: str) -> tuple[str, ...]:
     """The terms of one word (``()`` for a stopword); memoized."""
-    terms = _cache.get(word)
-    if terms is None:
+    found = _cache.get(word)
+    if found is None:
         from weir.core import jvm
 
         with jvm.lock:
-            terms = tuple(_analyzer()(word))
-        if len(_cache) < 2_000_000:
-            _cache[word] = terms
-    return terms
+            found = tuple(_analyzer()(word))
+        _remember(word, found)
+    return found
+
+
+def _learn(ws: list[str]) -> None:
+    """Memoize the terms of the words of ``ws`` not known yet, in one call of the analyzer over them joined by MARK
+    (each word's terms are those between two marks: the tokenizer breaks at a space and the filters see one token at
+    a time). A word containing MARK, or a result that does not split into one group per word, goes word by word."""
+    new = [w for w in dict.fromkeys(ws) if w not in _cache]
+    if len(new) < 2 or any(MARK in w.lower() for w in new):
+        for w in new:
+            analyze_word(w)
+        return
+    from weir.core import jvm
+
+    with jvm.lock:
+        found = _analyzer()(f" {MARK} ".join(new))
+    groups: list[list[str]] = [[]]
+    for t in found:
+        if t == MARK:
+            groups.append([])
+        else:
+            groups[-1].append(t)
+    if len(groups) != len(new):
+        for w in new:
+            analyze_word(w)
+        return
+    for w, g in zip(new, groups):
+        _remember(w, tuple(g))
 
 
 def word_terms(text: str) -> tuple[list[str], list[tuple[int, str]]]:
     """``(words, [(word index, term), ...])``: every term of ``text`` with the word it came from, in text order."""
     ws = words(text)
+    _learn(ws)
     return ws, [(i, t) for i, w in enumerate(ws) for t in analyze_word(w)]
 
 
@@ -73,22 +108,10 @@ def unique_terms(text: str) -> list[str]:
     return list(dict.fromkeys(terms(text)))
 
 
-def query_terms(text: str) -> list[str]:
-    """The terms of a query in order, as :func:`terms` gives them, in one crossing into the JVM at most."""
-    ws = words(text)
-    known = [_cache.get(w) for w in ws]
-    if all(k is not None for k in known):
-        return [t for k in known for t in k]
-    from weir.core import jvm
-
-    with jvm.lock:
-        return list(_analyzer()(" ".join(ws)))
-
-
 def query_weights(text: str, counts: bool) -> dict[str, int]:
     """A query's term weights: each term's count in the query (BM25's bag of words, as Lucene scores a boolean query
     of term queries with repeats) or 1 per unique term (the published DeepImpact)."""
-    found = query_terms(text)
+    found = terms(text)
     return dict(Counter(found)) if counts else dict.fromkeys(found, 1)
 
 
