@@ -17,7 +17,8 @@ from weir.service.batching import Abandoned, Item
 from weir.service.config import ServiceConfig
 from weir.service.failures import Failure
 from weir.service.metrics import Metrics
-from weir.service.server import Answer, SearchService
+from weir.service.answers import Answer
+from weir.service.server import SearchService
 from weir.service.sharded.pipelines import Plan, unsupported_reason
 
 log = logging.getLogger("weir.service.sharded")
