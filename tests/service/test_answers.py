@@ -103,5 +103,15 @@ def test_varints_are_protobufs(n):
     encoded = search_pb2.Pruning(documents_scored=n).SerializeToString()  # an int64 field: tag 0x28, then the varint
     assert encoded == b"\x28" + wire.varint(n)
     rows, lengths = wire.varints(np.array([n, 5, 0]))
+    lengths = np.full(3, len(rows)) if lengths is None else lengths  # None: every varint as wide as the rows
     assert rows[:lengths[0], 0].tobytes() == wire.varint(n) and rows[:lengths[1], 1].tobytes() == b"\x05"
     assert rows[:lengths[2], 2].tobytes() == b"\x00"
+
+
+@pytest.mark.parametrize("n", [1, 127, 128, 129, 16383, 16384, 16385])
+def test_the_rank_field_of_every_length(n):
+    wire.ranks(20_000)  # the cache longer than asked for
+    rows, lengths = wire.ranks(n)
+    lengths = np.full(n, len(rows)) if lengths is None else lengths
+    assert [rows[:lengths[i], i].tobytes() for i in (0, n - 1)] == [b"\x18" + wire.varint(r) for r in (1, n)]
+    assert len(rows) == int(lengths.max())

@@ -3,9 +3,9 @@
 Filling a ``SearchResponse`` one ``Hit`` message at a time costs microseconds a hit (most of it the ``stage_scores``
 map), several times what a first stage spends scoring them. Here every hit's bytes are computed together with numpy
 from the arrays of :class:`weir.core.hits.Ranked`: each part of a hit (a field's tag, a varint length or rank, the
-UTF-8 id, a float32 score, one stage's map entry) is a matrix with a row per hit, of which each row uses a prefix;
-side by side they make a matrix of hits, and its used bytes, row after row, are the ``hits`` field. Stored text
-(titles and texts, of any length) is spliced in between, hit by hit. The wire format
+UTF-8 id, a float32 score, one stage's map entry) is a matrix with a column per hit, of which each column uses a
+prefix; stacked, they make a matrix of hits, and its used bytes, hit after hit, are the ``hits`` field (one boolean
+gather). Stored text (titles and texts, of any length) is spliced in between, hit by hit. The wire format
 (https://protobuf.dev/programming-guides/encoding/) lets messages be concatenated, which merges them: the rest of a
 response (timings, pipeline, batch size) is protobuf's own bytes of a response without hits, appended.
 
@@ -26,8 +26,8 @@ import numpy as np
 from weir.core.hits import Ranked
 
 # the bytes of one part of every hit: a matrix with a column per hit (the layout that keeps numpy's inner loops
-# long), and how many bytes of each column are used
-Part = tuple[np.ndarray, np.ndarray]
+# long), and how many bytes of each column are used (None: all of every column)
+Part = tuple[np.ndarray, np.ndarray | None]
 # the used bytes of every hit, hit after hit, and each hit's length
 Column = tuple[np.ndarray, np.ndarray]
 
@@ -53,53 +53,60 @@ def varints(values: np.ndarray, tag: int | None = None) -> Part:
     v = np.asarray(values, dtype=np.int64)
     top = int(v.max()) if len(v) else 0
     width = 1 + sum(top >= limit for limit in _LIMITS)
-    lengths = reduce(np.add, (v >= limit for limit in _LIMITS[:width - 1]), np.ones(len(v), dtype=np.int64))
     first = int(tag is not None)
     rows = np.empty((first + width, len(v)), dtype=np.uint8)
     if tag is not None:
         rows[0] = tag
     if width == 1:
         rows[first] = v
-    else:
-        rows[first:] = (v >> np.arange(0, 7 * width, 7, dtype=np.int64)[:, None]) & 0x7F
-        rows[first:][np.arange(width)[:, None] < lengths - 1] |= 0x80
-    return rows, lengths + first
+        return rows, None
+    lengths = reduce(np.add, (v >= limit for limit in _LIMITS[:width - 1]), np.full(len(v), 1 + first))
+    rows[first:] = (v >> np.arange(0, 7 * width, 7, dtype=np.int64)[:, None]) & 0x7F
+    rows[first:][np.arange(first, first + width)[:, None] < lengths - 1] |= 0x80
+    return rows, lengths
 
 
-_ranks: Part = (np.zeros((1, 0), dtype=np.uint8), np.zeros(0, dtype=np.int64))
+def sizes(parts: Sequence[Part]) -> np.ndarray:
+    """How many bytes each hit's ``parts`` use together."""
+    n = parts[0][0].shape[1]
+    whole = sum(p[0].shape[0] for p in parts if p[1] is None)
+    return reduce(np.add, (p[1] for p in parts if p[1] is not None), np.full(n, whole, dtype=np.int64))
+
+
+_ranks: Part = (np.zeros((1, 0), dtype=np.uint8), None)
 
 
 def ranks(n: int) -> Part:
     """The ``rank`` field of hits 1 to ``n`` (kept, and grown, across calls)."""
     global _ranks
-    if len(_ranks[1]) < n:
-        _ranks = varints(np.arange(1, max(n, 1024) + 1), HIT_RANK)
     rows, lengths = _ranks
-    return rows[:int(lengths[n - 1]) if n else 1, :n], lengths[:n]
+    if rows.shape[1] < n:
+        _ranks = rows, lengths = varints(np.arange(1, max(n, 1024) + 1), HIT_RANK)
+    width = 2 + sum(n >= limit for limit in _LIMITS)  # the tag, and the varint of n
+    return rows[:width, :n], None if width == 2 else lengths[:n]
 
 
-def floats(tag: bytes, values: np.ndarray) -> Part:
+def floats(tag: bytes, values: np.ndarray) -> np.ndarray:
     """``tag``, then each value as a proto ``float`` (four little-endian bytes)."""
     rows = np.empty((len(tag) + 4, len(values)), dtype=np.uint8)
     rows[:len(tag)] = np.frombuffer(tag, dtype=np.uint8)[:, None]
     rows[len(tag):] = np.asarray(values).astype("<f4").view(np.uint8).reshape(-1, 4).T
-    return rows, np.full(len(values), rows.shape[0], dtype=np.int64)
+    return rows
 
 
-def joined(parts: Sequence[Part]) -> Column:
+def joined(parts: Sequence[Part]) -> np.ndarray:
     """The parts of each hit one after the other, hit after hit: the used bytes of each."""
     widths = [p[0].shape[0] for p in parts]
-    rows = np.empty((sum(widths), len(parts[0][1])), dtype=np.uint8)
+    rows = np.empty((sum(widths), parts[0][0].shape[1]), dtype=np.uint8)
     used = None
     at = 0
     for (data, size), width in zip(parts, widths):
         rows[at:at + width] = data
-        if not (size == width).all():  # most parts use every byte of every hit
+        if size is not None:
             used = np.ones(rows.shape, dtype=bool) if used is None else used
             used[at:at + width] = np.arange(width)[:, None] < size
         at += width
-    rows = np.ascontiguousarray(rows.T)
-    return rows.ravel() if used is None else rows[used.T], reduce(np.add, (p[1] for p in parts))
+    return rows.T.ravel() if used is None else rows.T[used.T]
 
 
 def interleave(columns: Sequence[Column]) -> bytes:
@@ -121,7 +128,9 @@ def field(tag: int, size: np.ndarray, keep_empty: bool = False) -> Part:
     """A length-delimited field's tag and length, before rows of ``size`` bytes; none where a row is empty (proto3
     writes no empty string) unless ``keep_empty`` (a message of a repeated field)."""
     rows, lengths = varints(size, tag)
-    return rows, lengths if keep_empty else np.where(size > 0, lengths, 0)
+    if keep_empty or size.all():
+        return rows, lengths
+    return rows, np.where(size > 0, rows.shape[0] if lengths is None else lengths, 0)
 
 
 def _ids(ranked: Ranked) -> list[Part]:
@@ -138,22 +147,31 @@ def _ids(ranked: Ranked) -> list[Part]:
     return [field(HIT_DOC_ID, size), (rows, size)]
 
 
-def _stage(name: str, values: np.ndarray) -> Part:
-    """One ``stage_scores`` map entry (its key, then its value) a hit, none where the stage gave it none (NaN)."""
+def _stage(name: str, values: np.ndarray, bits: np.ndarray | None = None) -> Part:
+    """One ``stage_scores`` map entry (its key, then its value) a hit, none where the stage gave it none (NaN);
+    ``bits``: the values as proto floats already (the rows of :func:`floats` without a tag)."""
     key = name.encode("utf-8")
     entry = bytes([ENTRY_KEY]) + varint(len(key)) + key + bytes([ENTRY_VALUE])
-    rows, size = floats(bytes([HIT_STAGE]) + varint(len(entry) + 4) + entry, values)
-    if values.dtype.kind == "f":
-        size[np.isnan(values)] = 0
-    return rows, size
+    head = bytes([HIT_STAGE]) + varint(len(entry) + 4) + entry
+    if bits is None:
+        rows = floats(head, values)
+    else:
+        rows = np.empty((len(head) + 4, len(values)), dtype=np.uint8)
+        rows[:len(head)] = np.frombuffer(head, dtype=np.uint8)[:, None]
+        rows[len(head):] = bits
+    missing = np.isnan(values) if values.dtype.kind == "f" else None
+    if missing is None or not missing.any():
+        return rows, None
+    return rows, np.where(missing, 0, rows.shape[0])
 
 
 def hit_parts(ranked: Ranked) -> tuple[list[Part], list[Part]]:
     """The parts of each hit's ``Hit`` before its title (id, score, rank) and after its text (stage scores)."""
-    score, score_size = floats(bytes([HIT_SCORE]), ranked.scores)
-    score_size[~score[1:].any(axis=0)] = 0  # +0.0 is not written, -0.0 is
-    before = [*_ids(ranked), (score, score_size), ranks(len(ranked))]
-    return before, [_stage(name, values) for name, values in ranked.stages.items()]
+    score = floats(bytes([HIT_SCORE]), ranked.scores)
+    zero = ~score[1:].any(axis=0)  # +0.0 is not written, -0.0 is
+    before = [*_ids(ranked), (score, np.where(zero, 0, 5) if zero.any() else None), ranks(len(ranked))]
+    return before, [_stage(name, values, score[1:] if values is ranked.scores else None)
+                    for name, values in ranked.stages.items()]
 
 
 def hits_field(ranked: Ranked, titles: Sequence[str] | None = None, texts: Sequence[str] | None = None) -> bytes:
@@ -163,15 +181,14 @@ def hits_field(ranked: Ranked, titles: Sequence[str] | None = None, texts: Seque
         return b""
     before, after = hit_parts(ranked)
     if titles is None and texts is None:
-        size = reduce(np.add, (p[1] for p in before + after))
-        return joined([field(RESPONSE_HITS, size, keep_empty=True), *before, *after])[0].tobytes()
+        return joined([field(RESPONSE_HITS, sizes(before + after), keep_empty=True), *before, *after]).tobytes()
     title, text = strings(titles or [""] * len(ranked)), strings(texts or [""] * len(ranked))
     title_field, text_field = field(HIT_TITLE, title[1]), field(HIT_TEXT, text[1])
-    size = reduce(np.add, (p[1] for p in [*before, title_field, text_field, *after]), title[1] + text[1])
-    columns = [joined([field(RESPONSE_HITS, size, keep_empty=True), *before, title_field]), title,
-               joined([text_field]), text]
+    size = sizes([*before, title_field, text_field, *after]) + title[1] + text[1]
+    head = [field(RESPONSE_HITS, size, keep_empty=True), *before, title_field]
+    columns = [(joined(head), sizes(head)), title, (joined([text_field]), sizes([text_field])), text]
     if after:
-        columns.append(joined(after))
+        columns.append((joined(after), sizes(after)))
     return interleave(columns)
 
 
