@@ -12,11 +12,13 @@ The callers keep each response as bytes (the method's response deserializer is n
 and the transport's time, never the client's decoding: what decoding a response costs a client is measured apart,
 on a sample of the responses. The server's own time per call: its mean handling time from its Prometheus metrics
 (grpc_server_handling_seconds: the servicer's time, before serialization and transport) and its CPU time (/proc).
---check PIPELINES first compares the two versions' answers (timings aside) for a sample of topics.
+--check PIPELINES first compares the two versions' answers (timings aside) for a sample of topics; --profile DIR
+records one more round of each server with py-spy (not counted in the figures) and prints where the time went.
 
     python bench/grpc_latency.py [--collection beir-scifact] [--k 10] [--pipeline bm25] [--reps 3]   # sequential
     python bench/grpc_latency.py --index /tmp/behaviour/indexes/scifact --before /work/base/.venv/bin/weir \\
-        --k 1000 --callers 8 --reps 1 --batch 100 --batch-calls 16 --rounds 3 --check bm25,hybrid,bm25>>ltr
+        --k 1000 --callers 8 --reps 1 --batch 100 --batch-calls 16 --rounds 3 --check bm25,hybrid,bm25>>ltr \\
+        --profile /tmp/profiles
 """
 
 from __future__ import annotations
@@ -238,11 +240,16 @@ def measure(args, served: list[Served], requests: dict[str, list[bytes]]) -> Non
     for round_ in range(args.rounds):
         for s in served if round_ % 2 == 0 else served[::-1]:
             for method, reqs in requests.items():
-                with Profile(args.profile if round_ == 0 else None, s, method):
-                    r = phase(s, method, reqs, args.callers)
+                r = phase(s, method, reqs, args.callers)
                 results.setdefault((s.name, method), []).append(r)
                 print(row(s, method, r), flush=True)
     print()
+    if args.profile:  # one more round, recorded, not counted
+        for s in served:
+            for method, reqs in requests.items():
+                with Profile(args.profile, s, method):
+                    phase(s, method, reqs, args.callers)
+        print()
     for method in requests:
         for s in served:
             rs = results[(s.name, method)]
@@ -297,9 +304,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="rounds of every phase on every server (default 1)")
     ap.add_argument("--check", default="", help="with --before: pipelines whose answers are compared first")
     ap.add_argument("--check-topics", type=int, default=30)
-    ap.add_argument("--profile", help="a directory: record each server's first round with py-spy there (raw "
-                    "collapsed stacks) and print where its time went")
+    ap.add_argument("--profile", help="a directory: after the measured rounds, one more round of each server recorded "
+                    "with py-spy there (raw collapsed stacks), and where its time went printed")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # servers closed when stopped (e.g. by `timeout`)
     coll = COLLECTIONS / args.collection
     topics = [q.text for q in read_topics(coll / "queries.tsv")]
     with tempfile.TemporaryDirectory() as tmp:
