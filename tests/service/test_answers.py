@@ -13,7 +13,7 @@ import pytest
 from weir.core.hits import DocIds, Ranked
 from weir.core.types import Document, Hit, Run
 from weir.service import wire
-from weir.service.answers import NO_HITS, Answer, batch_response, ranked, search_response
+from weir.service.answers import NO_HITS, Answer, batch_response, ranked, responses, search_response
 from weir.service.batching import Item
 from weir.service.stubs import search_pb2
 
@@ -88,6 +88,24 @@ def test_a_batch_response_is_the_bytes_of_the_per_hit_batch_response():
         per_hit("hybrid", Run({"q": a.hits})["q"], {}, TIMINGS, 6) for a in answers])
     assert same(batch_response("hybrid", answers), expected, search_pb2.BatchSearchResponse)
     assert batch_response("hybrid", []) == search_pb2.BatchSearchResponse(pipeline="hybrid").SerializeToString()
+
+
+def test_the_answers_of_a_batch_written_together_are_each_answers_bytes():
+    """Answers over one table and over others, float32 and float64 scores, with text and without, empty, and what
+    is not an answer: each answer's bytes are those of its own per-hit response."""
+    rng = np.random.default_rng(11)
+    ids = DocIds([f"doc-{i}" for i in range(5000)])
+    other = rankings(rng)
+    batch = [Ranked.of_stage(ids, rng.permutation(5000)[:n], np.sort(rng.random(n))[::-1].astype(dtype), "bm25")
+             for n, dtype in ((1000, np.float32), (129, np.float64), (1, np.float32), (1000, np.float32))]
+    batch += [other["one stage, float32"], NO_HITS, other["fusion, float64, a stage missing for some hits"]]
+    results = [Answer.of(Item("q", i == 2), r, documents_of(r), TIMINGS, len(batch)) for i, r in enumerate(batch)]
+    results.insert(2, ValueError("abandoned"))
+    written = responses("bm25", results)
+    assert written[2] is results[2]
+    for got, answer in zip(written[:2] + written[3:], results[:2] + results[3:]):
+        expected = per_hit("bm25", Run({"q": answer.hits})["q"], answer.documents, TIMINGS, len(batch))
+        assert same(got.response, expected)
 
 
 def test_hits_given_as_a_list_answer_as_their_arrays():

@@ -1,8 +1,9 @@
 """What the SearchService answers, made from a run's arrays: a query's :class:`Answer` (its hits as
-:class:`weir.core.hits.Ranked`, never a ``Hit`` object a hit), the wire bytes of a ``SearchResponse`` or
-``BatchSearchResponse`` written in bulk from it (:mod:`weir.service.wire`), and the method handlers that send those
-bytes as they are. A deep answer (k=1000) so costs a fraction of what scoring it did, where a ``search_pb2.Hit``
-message a hit (with its ``stage_scores`` map) cost several times that, and as much again to serialize."""
+:class:`weir.core.hits.Ranked`, never a ``Hit`` object a hit), the wire bytes of its ``SearchResponse`` written in
+bulk from them (:mod:`weir.service.wire`; on the worker thread that ran the batch, the hits of all the batch's
+answers in one pass), a ``BatchSearchResponse`` put together from those bytes, and the method handlers that send
+the bytes as they are. A deep answer (k=1000) so costs a fraction of what scoring it does, where a
+``search_pb2.Hit`` message a hit (with its ``stage_scores`` map) cost several times that."""
 
 from __future__ import annotations
 
@@ -27,12 +28,13 @@ def ranked(hits: list[Hit]) -> Ranked:
 
 class Answer(NamedTuple):
     """One query's result of a batch: its hits, the stored documents of its hits (when it asked for their text), the
-    batch's stage timings and size."""
+    batch's stage timings and size, and (once :func:`responses` wrote it) its ``SearchResponse`` as wire bytes."""
 
     hits: Ranked
     documents: dict[str, Document | None]
     timings: dict[str, float]
     batch: int
+    response: bytes = b""
 
     @classmethod
     def of(cls, item: Item, hits: Ranked | list[Hit], documents: dict[str, Document], timings: dict[str, float],
@@ -49,19 +51,36 @@ class Answer(NamedTuple):
         return [(d.title or "") if d else "" for d in docs], [(d.text or "") if d else "" for d in docs]
 
 
+def responses(spec: str, results: list) -> list:
+    """``results`` (a batch's, in order) with each :class:`Answer`'s ``SearchResponse`` written as wire bytes: the
+    hits of the answers without text in one pass (:func:`weir.service.wire.hits_fields`), then protobuf's own bytes
+    of the rest of the response (timings, pipeline, batch size; the same for a batch's answers, serialized once),
+    appended (concatenated messages merge). Whatever is not an answer, or has its bytes already, is left as it is."""
+    todo = [i for i, a in enumerate(results) if isinstance(a, Answer) and not a.response]
+    plain = [i for i in todo if not results[i].documents]
+    fields = dict(zip(plain, wire.hits_fields([results[i].hits for i in plain])))
+    rest: dict[tuple, bytes] = {}
+    out = list(results)
+    for i in todo:
+        a = results[i]
+        key = (tuple(a.timings.items()), a.batch)
+        if key not in rest:
+            rest[key] = search_pb2.SearchResponse(pipeline=spec, batch_size=a.batch, timings=[
+                search_pb2.StageTiming(stage=s, milliseconds=seconds * 1000) for s, seconds in a.timings.items()
+            ]).SerializeToString()
+        hits = fields[i] if i in fields else wire.hits_field(a.hits, *a.texts())
+        out[i] = a._replace(response=hits + rest[key])
+    return out
+
+
 def search_response(spec: str, answer: Answer) -> bytes:
-    """The ``SearchResponse`` of ``answer`` as wire bytes: its hits written in bulk, then protobuf's own bytes of
-    the rest (concatenated messages merge)."""
-    titles, texts = answer.texts()
-    rest = search_pb2.SearchResponse(
-        pipeline=spec, batch_size=answer.batch,
-        timings=[search_pb2.StageTiming(stage=s, milliseconds=seconds * 1000) for s, seconds in answer.timings.items()])
-    return wire.hits_field(answer.hits, titles, texts) + rest.SerializeToString()
+    """The ``SearchResponse`` of ``answer`` as wire bytes."""
+    return responses(spec, [answer])[0].response
 
 
 def batch_response(spec: str, answers: list[Answer]) -> bytes:
     """The ``BatchSearchResponse`` of ``answers`` (in order) as wire bytes."""
-    return (wire.repeated(wire.BATCH_RESULTS, [search_response(spec, a) for a in answers])
+    return (wire.repeated(wire.BATCH_RESULTS, [a.response for a in responses(spec, answers)])
             + search_pb2.BatchSearchResponse(pipeline=spec).SerializeToString())
 
 

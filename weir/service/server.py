@@ -37,7 +37,7 @@ from weir.indexer.index_dir import Index
 from weir.ranker import registry
 from weir.ranker.options import PipelineOptions
 from weir.service.admission import Admission
-from weir.service.answers import NO_HITS, Answer, add_to_server, batch_response, search_response
+from weir.service.answers import NO_HITS, Answer, add_to_server, batch_response, responses
 from weir.service.auth import TokenInterceptor
 from weir.service.batching import Abandoned, Item, MicroBatcher
 from weir.service.config import ServiceConfig
@@ -111,7 +111,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                 continue
             hits = run.ranking(q.id) if q.id in run else NO_HITS
             out.append(Answer.of(item, hits, docs, run.timings, len(items)))
-        return out
+        return responses(spec, out)
 
     # --- requests ----------------------------------------------------------------------------------------------
 
@@ -155,7 +155,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         async def work():
             spec, results = await self._answer(request, [request.query], context)
             answer = results[0]
-            return search_response(spec, answer), {"pipeline": spec, "hits": len(answer.hits), "batch": answer.batch}
+            return answer.response, {"pipeline": spec, "hits": len(answer.hits), "batch": answer.batch}
 
         return await self._call("Search", context, work)
 

@@ -165,23 +165,56 @@ def _stage(name: str, values: np.ndarray, bits: np.ndarray | None = None) -> Par
     return rows, np.where(missing, 0, rows.shape[0])
 
 
-def hit_parts(ranked: Ranked) -> tuple[list[Part], list[Part]]:
-    """The parts of each hit's ``Hit`` before its title (id, score, rank) and after its text (stage scores)."""
+def hit_parts(ranked: Ranked, rank: Part) -> tuple[list[Part], list[Part]]:
+    """The parts of each hit's ``Hit`` before its title (id, score, ``rank``) and after its text (stage scores)."""
     score = floats(bytes([HIT_SCORE]), ranked.scores)
     zero = ~score[1:].any(axis=0)  # +0.0 is not written, -0.0 is
-    before = [*_ids(ranked), (score, np.where(zero, 0, 5) if zero.any() else None), ranks(len(ranked))]
+    before = [*_ids(ranked), (score, np.where(zero, 0, 5) if zero.any() else None), rank]
     return before, [_stage(name, values, score[1:] if values is ranked.scores else None)
                     for name, values in ranked.stages.items()]
+
+
+def _together(rankeds: Sequence[Ranked]) -> tuple[Ranked, Part]:
+    """The hits of several queries over one table with the same stages, one query after the other, as one
+    :class:`Ranked` (float32 and float64 scores together are float64, which holds both exactly), and their rank
+    field (from 1 in each query)."""
+    if len(rankeds) == 1:
+        return rankeds[0], ranks(len(rankeds[0]))
+    first, counts = rankeds[0], [len(r) for r in rankeds]
+    scores = np.concatenate([r.scores for r in rankeds])
+    stages = {name: scores if all(r.stages[name] is r.scores for r in rankeds)
+              else np.concatenate([r.stages[name] for r in rankeds]) for name in first.stages}
+    rows, lengths = ranks(max(counts))
+    position = np.arange(len(scores)) - np.repeat(np.cumsum(counts) - counts, counts)
+    together = Ranked(first.ids, np.concatenate([r.docs for r in rankeds]), scores, stages)
+    return together, (rows.take(position, axis=1), None if lengths is None else lengths.take(position))
+
+
+def hits_fields(rankeds: Sequence[Ranked]) -> list[bytes]:
+    """The ``hits`` field of a ``SearchResponse`` (as :func:`hits_field` writes it without text) for each of
+    ``rankeds``: those over the same table with the same stages (a batch's queries) written in one pass."""
+    out = [b""] * len(rankeds)
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rankeds):
+        if len(r):
+            groups.setdefault((id(r.ids), tuple(r.stages)), []).append(i)
+    for members in groups.values():
+        before, after = hit_parts(*_together([rankeds[i] for i in members]))
+        parts = [field(RESPONSE_HITS, sizes(before + after), keep_empty=True), *before, *after]
+        data = memoryview(joined(parts))
+        counts = [len(rankeds[i]) for i in members]
+        ends = np.cumsum(np.add.reduceat(sizes(parts), np.cumsum(counts) - counts)).tolist()
+        for i, start, end in zip(members, [0, *ends], ends):
+            out[i] = bytes(data[start:end])
+    return out
 
 
 def hits_field(ranked: Ranked, titles: Sequence[str] | None = None, texts: Sequence[str] | None = None) -> bytes:
     """The ``hits`` field of a ``SearchResponse``: every hit of ``ranked``, best first, with its title and text
     when ``titles`` and ``texts`` are given (a string a hit), as wire bytes."""
-    if not len(ranked):
-        return b""
-    before, after = hit_parts(ranked)
-    if titles is None and texts is None:
-        return joined([field(RESPONSE_HITS, sizes(before + after), keep_empty=True), *before, *after]).tobytes()
+    if titles is None and texts is None or not len(ranked):
+        return hits_fields([ranked])[0]
+    before, after = hit_parts(ranked, ranks(len(ranked)))
     title, text = strings(titles or [""] * len(ranked)), strings(texts or [""] * len(ranked))
     title_field, text_field = field(HIT_TITLE, title[1]), field(HIT_TEXT, text[1])
     size = sizes([*before, title_field, text_field, *after]) + title[1] + text[1]
