@@ -27,17 +27,17 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from weir.core.types import Document, Hit, InputError, Query
+from weir.core.types import InputError, Query
 from weir.indexer.index_dir import Index
 from weir.ranker import registry
 from weir.ranker.options import PipelineOptions
 from weir.service.admission import Admission
+from weir.service.answers import NO_HITS, Answer, add_to_server, batch_response, responses
 from weir.service.auth import TokenInterceptor
 from weir.service.batching import Abandoned, Item, MicroBatcher
 from weir.service.config import ServiceConfig
@@ -58,21 +58,6 @@ def _pruning(record: dict | None):
     rule = {"fraction": fraction} if fraction is not None else {"threshold": record["threshold"]}
     return search_pb2.Pruning(estimator=record["estimator_card"]["name"], estimator_sha256=record["card_sha256"],
                               documents_scored=record["documents_scored"], documents_pruned=record["pruned"], **rule)
-
-
-class Answer(NamedTuple):
-    """One query's result of a batch: its hits, the stored documents of its hits (when it asked for their text), the
-    batch's stage timings and size."""
-
-    hits: list[Hit]
-    documents: dict[str, Document | None]
-    timings: dict[str, float]
-    batch: int
-
-    @classmethod
-    def of(cls, item: Item, hits: list[Hit], documents: dict[str, Document], timings: dict[str, float],
-           batch: int) -> Answer:
-        return cls(hits, {h.doc_id: documents.get(h.doc_id) for h in hits} if item.include_text else {}, timings, batch)
 
 
 class SearchService(search_pb2_grpc.SearchServiceServicer):
@@ -116,15 +101,17 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
 
         run = pipeline(queries, k=k, depth=depth, keep=keep)
         self.metrics.batch(pipeline.name, len(items), run.timings)
-        wanted = [h.doc_id for q, item in zip(queries, items) if item.include_text for h in run.get(q.id, [])]
+        wanted = [d for q, item in zip(queries, items) if item.include_text and q.id in run
+                  for d in run.ranking(q.id).doc_ids()]
         docs = self.index.documents(wanted) if wanted else {}
         out: list = []
         for q, item in zip(queries, items):
             if q.id not in run and not by_id[q.id].wanted(time.monotonic()):
                 out.append(Abandoned())
                 continue
-            out.append(Answer.of(item, run.get(q.id, []), docs, run.timings, len(items)))
-        return out
+            hits = run.ranking(q.id) if q.id in run else NO_HITS
+            out.append(Answer.of(item, hits, docs, run.timings, len(items)))
+        return responses(spec, out)
 
     # --- requests ----------------------------------------------------------------------------------------------
 
@@ -142,18 +129,6 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         except InputError as e:  # e.g. a pipeline whose model or index component is missing
             raise Failure(grpc.StatusCode.FAILED_PRECONDITION, public(str(e), self.directories)) from None
         return spec, results
-
-    @staticmethod
-    def _response(spec: str, answer: Answer) -> search_pb2.SearchResponse:
-        response = search_pb2.SearchResponse(pipeline=spec, batch_size=answer.batch)
-        for h in answer.hits:
-            doc = answer.documents.get(h.doc_id)
-            response.hits.append(search_pb2.Hit(doc_id=h.doc_id, score=h.score, rank=h.rank,
-                                                stage_scores=h.stage_scores, title=doc.title if doc else "",
-                                                text=doc.text if doc else ""))
-        for stage, seconds in answer.timings.items():
-            response.timings.append(search_pb2.StageTiming(stage=stage, milliseconds=seconds * 1000))
-        return response
 
     async def _call(self, method: str, context, work):
         """Run ``work()``; map every failure to a status code and a message; record metrics and the access log."""
@@ -179,8 +154,8 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
     async def Search(self, request, context):
         async def work():
             spec, results = await self._answer(request, [request.query], context)
-            response = self._response(spec, results[0])
-            return response, {"pipeline": spec, "hits": len(response.hits), "batch": response.batch_size}
+            answer = results[0]
+            return answer.response, {"pipeline": spec, "hits": len(answer.hits), "batch": answer.batch}
 
         return await self._call("Search", context, work)
 
@@ -189,8 +164,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             n = len(request.queries)
             check_batch(n, self.limits)
             spec, results = await self._answer(request, list(request.queries), context)
-            return (search_pb2.BatchSearchResponse(pipeline=spec, results=[self._response(spec, r) for r in results]),
-                    {"pipeline": spec, "queries": n})
+            return batch_response(spec, results), {"pipeline": spec, "queries": n}
 
         return await self._call("BatchSearch", context, work)
 
@@ -245,7 +219,7 @@ class Server:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        search_pb2_grpc.add_SearchServiceServicer_to_server(self.service, self.server)
+        add_to_server(self.service, self.server)
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
         self.port = self._bind()
         await self.server.start()

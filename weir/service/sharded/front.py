@@ -13,11 +13,12 @@ import grpc
 
 from weir.core.types import Document, Hit, InputError, Run
 from weir.ranker import registry
+from weir.service.answers import Answer, responses
 from weir.service.batching import Abandoned, Item
 from weir.service.config import ServiceConfig
 from weir.service.failures import Failure
 from weir.service.metrics import Metrics
-from weir.service.server import Answer, SearchService
+from weir.service.server import SearchService
 from weir.service.sharded.pipelines import Plan, unsupported_reason
 
 log = logging.getLogger("weir.service.sharded")
@@ -108,8 +109,9 @@ class ShardedSearchService(SearchService):
         self.metrics.batch(spec, len(items), timings)
         docs = self._stored(items, live, results, owner)
         alive = set(live)
-        return [Answer.of(item, [Hit(d, s, r, dict(st)) for r, (d, s, st) in enumerate(results[i], start=1)], docs,
-                          timings, len(items)) if i in alive else Abandoned() for i, item in enumerate(items)]
+        return responses(spec, [
+            Answer.of(item, [Hit(d, s, r, dict(st)) for r, (d, s, st) in enumerate(results[i], start=1)], docs,
+                      timings, len(items)) if i in alive else Abandoned() for i, item in enumerate(items)])
 
     def _first_stage(self, first: str, texts: list[str], n: int, timeout: float | None,
                      owner: dict[str, int]) -> list[list[tuple]]:

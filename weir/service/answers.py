@@ -1,0 +1,104 @@
+"""What the SearchService answers, made from a run's arrays: a query's :class:`Answer` (its hits as
+:class:`weir.core.hits.Ranked`, never a ``Hit`` object a hit), the wire bytes of its ``SearchResponse`` written in
+bulk from them (:mod:`weir.service.wire`; on the worker thread that ran the batch, the hits of all the batch's
+answers in one pass), a ``BatchSearchResponse`` put together from those bytes, and the method handlers that send
+the bytes as they are. A deep answer (k=1000) so costs a fraction of what scoring it does, where a
+``search_pb2.Hit`` message a hit (with its ``stage_scores`` map) cost several times that."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import grpc
+import numpy as np
+
+from weir.core.hits import DocIds, Ranked
+from weir.core.types import Document, Hit, Run
+from weir.service import wire
+from weir.service.batching import Item
+from weir.service.stubs import search_pb2
+
+NO_HITS = Ranked(DocIds([]), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))
+
+
+def ranked(hits: list[Hit]) -> Ranked:
+    """A list of hits (best first, ranked from 1) as arrays."""
+    return Run({"": hits}).ranking("") if hits else NO_HITS
+
+
+class Answer(NamedTuple):
+    """One query's result of a batch: its hits, the stored documents of its hits (when it asked for their text), the
+    batch's stage timings and size, and (once :func:`responses` wrote it) its ``SearchResponse`` as wire bytes."""
+
+    hits: Ranked
+    documents: dict[str, Document | None]
+    timings: dict[str, float]
+    batch: int
+    response: bytes = b""
+
+    @classmethod
+    def of(cls, item: Item, hits: Ranked | list[Hit], documents: dict[str, Document], timings: dict[str, float],
+           batch: int) -> Answer:
+        hits = hits if isinstance(hits, Ranked) else ranked(hits)
+        stored = {d: documents.get(d) for d in hits.doc_ids()} if item.include_text else {}
+        return cls(hits, stored, timings, batch)
+
+    def texts(self) -> tuple[list[str], list[str]] | tuple[None, None]:
+        """The title and text of each hit (empty for a document not stored), or None, None when not asked for."""
+        if not self.documents:
+            return None, None
+        docs = [self.documents.get(d) for d in self.hits.doc_ids()]
+        return [(d.title or "") if d else "" for d in docs], [(d.text or "") if d else "" for d in docs]
+
+
+def responses(spec: str, results: list) -> list:
+    """``results`` (a batch's, in order) with each :class:`Answer`'s ``SearchResponse`` written as wire bytes: the
+    hits of the answers without text in one pass (:func:`weir.service.wire.hits_fields`), then protobuf's own bytes
+    of the rest of the response (timings, pipeline, batch size; the same for a batch's answers, serialized once),
+    appended (concatenated messages merge). Whatever is not an answer, or has its bytes already, is left as it is."""
+    todo = [i for i, a in enumerate(results) if isinstance(a, Answer) and not a.response]
+    plain = [i for i in todo if not results[i].documents]
+    fields = dict(zip(plain, wire.hits_fields([results[i].hits for i in plain])))
+    rest: dict[tuple, bytes] = {}
+    out = list(results)
+    for i in todo:
+        a = results[i]
+        key = (tuple(a.timings.items()), a.batch)
+        if key not in rest:
+            rest[key] = search_pb2.SearchResponse(pipeline=spec, batch_size=a.batch, timings=[
+                search_pb2.StageTiming(stage=s, milliseconds=seconds * 1000) for s, seconds in a.timings.items()
+            ]).SerializeToString()
+        hits = fields[i] if i in fields else wire.hits_field(a.hits, *a.texts())
+        out[i] = a._replace(response=hits + rest[key])
+    return out
+
+
+def search_response(spec: str, answer: Answer) -> bytes:
+    """The ``SearchResponse`` of ``answer`` as wire bytes."""
+    return responses(spec, [answer])[0].response
+
+
+def batch_response(spec: str, answers: list[Answer]) -> bytes:
+    """The ``BatchSearchResponse`` of ``answers`` (in order) as wire bytes."""
+    return (wire.repeated(wire.BATCH_RESULTS, [a.response for a in responses(spec, answers)])
+            + search_pb2.BatchSearchResponse(pipeline=spec).SerializeToString())
+
+
+def _serialize(response) -> bytes:
+    """A response's wire bytes: as they come when the servicer made them, else protobuf's."""
+    return response if isinstance(response, bytes) else response.SerializeToString()
+
+
+def add_to_server(servicer, server) -> None:
+    """Serve ``servicer``'s SearchService methods on ``server`` (what the generated
+    ``add_SearchServiceServicer_to_server`` does, with a serializer that sends the servicer's wire bytes as they
+    are)."""
+    requests = {"Search": search_pb2.SearchRequest, "BatchSearch": search_pb2.BatchSearchRequest,
+                "Info": search_pb2.InfoRequest}
+    handlers = {name: grpc.unary_unary_rpc_method_handler(getattr(servicer, name),
+                                                          request_deserializer=request.FromString,
+                                                          response_serializer=_serialize)
+                for name, request in requests.items()}
+    service = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)
