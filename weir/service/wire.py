@@ -227,4 +227,4 @@ def hits_field(ranked: Ranked, titles: Sequence[str] | None = None, texts: Seque
 
 def repeated(tag: int, messages: Sequence[bytes]) -> bytes:
     """The repeated message field ``tag`` holding ``messages`` (each already wire bytes), in order."""
-    return b"".join(bytes([tag]) + varint(len(m)) + m for m in messages)
+    return b"".join([part for m in messages for part in (bytes([tag]) + varint(len(m)), m)])
