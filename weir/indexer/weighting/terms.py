@@ -6,8 +6,8 @@ of weir's BM25 index. A word yields zero terms (a stopword), one term, or rarely
 :func:`word_terms`, so a term written to a ``--pretokenized`` Lucene index is exactly the term a query produces. Word
 analysis is memoized per process (a corpus has far fewer distinct words than words); the words of a text not known
 yet are analyzed together, in one crossing into the JVM rather than one per word (a third of a cold ``deepct`` run's
-time went to those crossings), and give the terms each gives alone (:func:`_learn`; checked on every shared
-collection's queries and on SciFact's passages).
+time went to those crossings), and give the terms each gives alone (:func:`_learn`; checked on the first 300
+queries of every shared collection and on SciFact passages).
 """
 
 from __future__ import annotations
