@@ -32,3 +32,14 @@ def corpus(path: Path) -> tuple[list[str], list[str]]:
             ids.append(d["id"])
             texts.append(f"{d.get('title') or ''} {d.get('text') or ''}".strip())
     return ids, texts
+
+
+def stop(process, grace: float) -> None:
+    """End a server the bench started: SIGTERM (it drains), SIGKILL after ``grace`` seconds."""
+    import subprocess
+
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()

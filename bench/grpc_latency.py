@@ -38,7 +38,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _common import COLLECTIONS, ROOT, percentile
+from _common import COLLECTIONS, ROOT, percentile, stop
 
 from weir.core.trec import read_topics
 from weir.indexer.build import build_index
@@ -87,11 +87,7 @@ class Served:
         return out[0], out[1]
 
     def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop(self.process, 30)
 
 
 def servers(args, index: Path) -> list[Served]:

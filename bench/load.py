@@ -31,7 +31,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _common import COLLECTIONS, ROOT, percentile
+from _common import COLLECTIONS, ROOT, percentile, stop
 
 WEIR = str(Path(sys.executable).parent / "weir")
 
@@ -70,11 +70,7 @@ class Served:
 
     def close(self) -> None:
         self._stop.set()
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop(self.process, 30)
 
 
 def _client(port, topics, pipeline, k, depth, threads, offset, stride, start_at, until, timeout, out):

@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import COLLECTIONS, ROOT
+from _common import COLLECTIONS, ROOT, stop
 from load import drive
 
 WEIR = str(Path(sys.executable).parent / "weir")
@@ -62,11 +62,7 @@ class Process:
         self.start_seconds = time.monotonic() - start
 
     def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop(self.process, 60)
 
 
 def _build(collection: Path, root: Path, shards: int) -> tuple[str, list[str]]:
