@@ -5,6 +5,7 @@ clear error line and exit status 2, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from weir.cli import evaluate, index, quality, search, serve, train, tune
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         p.parse_args(argv)
     args.argv = argv  # as given, for records of what produced a result
+    if getattr(args, "backend", None):  # every model the command loads, in this process and the ones it starts
+        os.environ["WEIR_BACKEND"] = args.backend
     try:
         return args.func(args)
     except InputError as e:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
+from weir.cli.options import add_backend_option
 from weir.core.types import InputError
 
 
@@ -80,6 +81,7 @@ def add_parsers(sub) -> None:
                        "the runs and plots to --out. Settings may come from a JSON/TOML file (--config); options "
                        "given here override it.")
     x.add_argument("--config", help="experiment file (.json or .toml) with the settings below")
+    add_backend_option(x)
     x.add_argument("--index", action="append", help="index directory (repeat to compare indexes)")
     x.add_argument("--topics", help="topics: qid<TAB>text TSV, TREC topic file or BEIR queries.jsonl")
     x.add_argument("--qrels", help="TREC qrels file (qid 0 docid rel)")

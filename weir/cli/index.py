@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from weir.cli.options import add_deprecated, add_ray_address
+from weir.cli.options import add_backend_option, add_deprecated, add_ray_address
 
 
 def cmd_build(args) -> int:
@@ -16,13 +16,14 @@ def cmd_build(args) -> int:
     if "dense" in components:
         from weir.indexer.dense import DenseConfig
 
-        dense = DenseConfig(index=args.dense_index, model=args.dense_model, device=args.device,
+        dense = DenseConfig(index=args.dense_index, model=args.dense_model, device=args.device, backend=args.backend,
                             batch_size=args.batch_size, chunk_size=args.dense_chunk_size, hnsw_m=args.hnsw_m,
                             ef_construction=args.ef_construction, ef_search=args.ef_search, nlist=args.nlist,
                             pq_m=args.pq_m, nbits=args.nbits, on_disk=args.dense_on_disk,
                             nprobe=args.nprobe, vectors_from=args.dense_vectors_from)
         dense.check()
-    learned = {"deepct_model": args.deepct_model, "deepimpact_model": args.deepimpact_model, "device": args.device}
+    learned = {"deepct_model": args.deepct_model, "deepimpact_model": args.deepimpact_model, "device": args.device,
+               "backend": args.backend}
     prune = prune_spec(args)
     if args.shard_set is not None:
         return _build_set(args, components, dense, learned, prune)
@@ -176,6 +177,7 @@ def _add_dense_options(b) -> None:
     d.add_argument("--dense-model", default=None,
                    help="encoder: Hugging Face name or local path (default: all-MiniLM-L6-v2, offline copy)")
     d.add_argument("--device", default=None, help="encoding device (default: cuda when available, else cpu)")
+    add_backend_option(d)
     d.add_argument("--batch-size", type=int, default=64, help="passages per forward pass (default 64)")
     d.add_argument("--dense-chunk-size", type=int, default=1024,
                    help="passages encoded (and held in memory) at a time (default 1024); the embeddings depend on it "

@@ -20,6 +20,18 @@ OPTION_KEYS = {"k1": "k1", "b": "b", "fusion": "fusion", "fusion_weights": "fusi
          "device": "device", "batch_size": "batch_size"}
 
 
+def add_backend_option(p) -> None:
+    """``--backend``: the inference backend of every transformer the command runs (:mod:`weir.core.inference`)."""
+    from weir.core.inference import BACKENDS
+
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="inference backend of the transformers (dense encoder, term weighting, quality estimator, "
+                   "rerankers): onnx (ONNX Runtime fp32, exported and checked against torch on first use; the CPU "
+                   "default), onnx-int8 (int8 weights: faster on CPUs with VNNI, embeddings close but not equal, so an "
+                   "index built with it is searched with it only), torch (fp32; fp16 on a GPU, the GPU default). "
+                   "Default: $WEIR_BACKEND, else as said. The manifest records what built each component")
+
+
 def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True, pipeline: bool = True) -> None:
     """The options of :func:`pipeline_options`; ``depth=False`` where the command has a ``--depth`` of its own,
     ``pipeline=False`` where it takes no ``--pipeline``."""
@@ -57,6 +69,7 @@ def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True, pipe
                    help="device of the dense query encoder and the rerankers (default: cuda when available, else cpu)")
     g.add_argument("--rerank-batch-size", dest="batch_size", type=int, default=None,
                    help="pairs per forward pass (default: 64 on CPU, 256 on GPU)")
+    add_backend_option(g)
 
 
 def option_values(args: argparse.Namespace) -> dict:

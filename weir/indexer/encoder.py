@@ -4,9 +4,10 @@ index time, and the queries of dense retrieval and of the rerankers' dense featu
 :class:`Encoder` loads any Hugging Face name or local path with ``transformers`` (no network needed for a local
 path), pools the last hidden states (mean over real tokens by default, as all-MiniLM-L6-v2's model card prescribes;
 a sentence-transformers directory's ``1_Pooling/config.json`` picks the mode) and L2-normalizes, so inner product
-is cosine similarity. Texts are encoded in batches sorted by length (less padding), under
-``torch.inference_mode``, on CUDA in fp16 when there is a GPU and on the CPU in fp32 otherwise. Query embeddings are
-cached per process (LRU), since the same query text is often encoded again (a service, a tuning sweep).
+is cosine similarity. Texts are encoded in batches sorted by length (less padding) on an inference backend
+(:mod:`weir.core.inference`: ONNX Runtime fp32 on the CPU by default, torch fp16 on a GPU; ``backend=`` chooses).
+Query embeddings are cached per process (LRU), since the same query text is often encoded again (a service, a tuning
+sweep).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from weir.core.inference import check_backend, feed, open_forward
 from weir.core.runtime import (
     DEFAULT_MODEL,
     intra_op_threads,
@@ -44,23 +46,24 @@ def _pooling_mode(path: str) -> str:
 
 
 class Encoder:
-    """Batched sentence encoder: ``encode_passages(texts)`` / ``encode_queries(texts)`` -> float32 (n, dim) arrays."""
+    """Batched sentence encoder: ``encode_passages(texts)`` / ``encode_queries(texts)`` -> float32 (n, dim) arrays.
+    ``prepare``: a function of the loaded model returning the model to run (applied before the backend opens it)."""
 
     def __init__(self, model: str | None = None, *, device: str | None = None, batch_size: int = 64,
                  passage_max_length: int = PASSAGE_MAX_LENGTH, query_max_length: int = QUERY_MAX_LENGTH,
                  pooling: str | None = None, normalize: bool = True, fp16: bool | None = None,
-                 threads: int | None = None, query_cache_size: int = 4096):
-        import torch
-
+                 threads: int | None = None, query_cache_size: int = 4096, backend: str | None = None,
+                 prepare=None):
         self.model_name = model or DEFAULT_MODEL
         self.model_path = resolve_model(model)
         self.device = prepare_device(device, threads)
+        self.backend = check_backend(backend, self.device)
         self.tokenizer, self.model = load_pretrained(model)
-        self.fp16 = (self.device.startswith("cuda")) if fp16 is None else fp16
-        self.model.to(self.device)
-        if self.fp16:
-            self.model.half()
-        self.model.eval()
+        if prepare is not None:  # a change of the model before it runs (the quality reader keeps its first layers)
+            self.model = prepare(self.model)
+        self.forward = open_forward(self.model, self.tokenizer, self.backend, self.device, threads=threads,
+                                    fp16=fp16)
+        self.fp16 = bool(getattr(self.forward, "fp16", False))
         self.pooling = pooling or _pooling_mode(self.model_path)
         if self.pooling not in ("mean", "cls"):
             raise InputError(f"unknown pooling {self.pooling!r}; known: mean, cls")
@@ -68,7 +71,6 @@ class Encoder:
         self.batch_size = batch_size
         self.passage_max_length, self.query_max_length = passage_max_length, query_max_length
         self.dim = int(self.model.config.hidden_size)
-        self._torch = torch
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache_size
         self._lock = threading.Lock()  # one forward at a time: the model is shared by request threads
@@ -76,7 +78,7 @@ class Encoder:
     def describe(self) -> dict:
         """What a manifest records about the encoder."""
         return {"model": self.model_name, "model_path": self.model_path, "model_sha256": model_fingerprint(self.model_path),
-                "pooling": self.pooling, "normalize": self.normalize, "dim": self.dim,
+                "pooling": self.pooling, "normalize": self.normalize, "dim": self.dim, **self.forward.describe(),
                 "passage_max_length": self.passage_max_length, "query_max_length": self.query_max_length}
 
     def encode(self, texts: Sequence[str], max_length: int, batch_size: int | None = None, *,
@@ -85,7 +87,6 @@ class Encoder:
         float32 (len(texts), dim) in the input order. ``exact``: each text in a forward pass of its own, so that its
         embedding does not depend on what else is encoded with it (a transformer's output for a row changes in the
         last bits with the padding and even with the number of rows of its batch)."""
-        torch = self._torch
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
@@ -98,19 +99,19 @@ class Encoder:
         # a handful of texts (a single query) is too little work to share between threads: on a busy CPU the
         # threads' barriers cost more than they save (measured here: 700 ms -> 21 ms for one query, 2 cores shared)
         few = self.device == "cpu" and (exact or len(texts) <= SMALL_BATCH)
-        with self._lock, torch.inference_mode(), intra_op_threads(1 if few else None):
+        with self._lock, intra_op_threads(1 if few and self.backend == "torch" else None):
             for idx in batches:
-                enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=max_length,
-                                     return_tensors="pt").to(self.device)
-                hidden = self.model(**enc).last_hidden_state.float()  # pool in fp32 (fp16 sums lose digits)
+                inputs = feed(self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
+                                             max_length=max_length, return_tensors="np"))
+                hidden = self.forward(inputs)["last_hidden_state"]  # float32: pooled in fp32 (fp16 sums lose digits)
                 if self.pooling == "cls":
                     emb = hidden[:, 0]
                 else:
-                    mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                    emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                if self.normalize:
-                    emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-                out[idx] = emb.cpu().numpy()
+                    mask = inputs["attention_mask"][..., None].astype(np.float32)
+                    emb = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
+                if self.normalize:  # as torch.nn.functional.normalize: x / max(|x|, 1e-12)
+                    emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+                out[idx] = emb
         return out
 
     def clear_cache(self) -> None:

@@ -22,10 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from weir.evaluation.measures import evaluate
+from weir.core.layers import extended_mask, layer_forward
 from weir.ranker.rerankers.backbone import (
     NA_QUERY,
-    extended_mask,
-    layer_forward,
     load_backbone,
     mean_over_query,
     passage_mass,

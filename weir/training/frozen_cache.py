@@ -1,6 +1,6 @@
 """The frozen lower layers' output of every (query, passage) input of a joint-interaction training run, computed once
 and shared by every fold and step: a training step, and the scoring of a fold, then run only the trained top layers
-(:func:`weir.ranker.rerankers.backbone.layer_forward`). Kept in a file (``--cache``) for later runs over the same inputs."""
+(:func:`weir.core.layers.layer_forward`). Kept in a file (``--cache``) for later runs over the same inputs."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from weir.core.layers import extended_mask, layer_forward
 from weir.ranker.rerankers.backbone import (
     encode_pairs,
-    extended_mask,
-    layer_forward,
     mean_over_query,
     passage_mass,
     segment_masks,

@@ -70,7 +70,7 @@ def _term_weighters(kinds: list[str], learned: dict, device: str | None, threads
         path = learned[kind]
         card = json.loads((Path(path) / "card.json").read_text(encoding="utf-8"))
         if first is None or not same_backbone(card, first.card):
-            backbone = Backbone(card["base_model"], device=device, threads=threads,
+            backbone = Backbone(card["base_model"], device=device, threads=threads, backend=learned.get("backend"),
                                 max_length=int(card.get("max_length", 256)))
         else:
             backbone = first.backbone

@@ -58,8 +58,7 @@ class PassageReader:
         from weir.indexer.encoder import Encoder
 
         self.encoder = Encoder(model, device=device, batch_size=batch_size, passage_max_length=max_length,
-                               pooling="mean", normalize=False)
-        _truncate(self.encoder.model, layers)
+                               pooling="mean", normalize=False, prepare=lambda m: _truncate(m, layers))
         self.layers, self.max_length, self.dim = layers, max_length, self.encoder.dim
 
     def describe(self) -> dict:

@@ -130,7 +130,7 @@ def _models_sharing_a_backbone(kind: str, inputs: BuildInputs) -> dict:
     kinds = learned_kinds(inputs.components or (kind,)) or [kind]
     if kind not in kinds:
         kinds.append(kind)
-    first = TermWeighter(model_path(kind, learned), device=learned.get("device"),
+    first = TermWeighter(model_path(kind, learned), device=learned.get("device"), backend=learned.get("backend"),
                          batch_size=learned.get("batch_size") or 32)
     models = {kind: first}
     for other in kinds:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from weir.core.inference import EXACT
 from weir.core.runtime import cache_dir
 from weir.core.types import Document
 
@@ -32,7 +33,10 @@ def cache_root() -> Path:
 def cache_key(backbone, docs: Sequence[Document]) -> str:
     h = hashlib.sha256()
     d = backbone.describe()
-    h.update(json.dumps([d["base_model_sha256"] or d["base_model"], d["max_length"], TOKENIZATION_VERSION]).encode())
+    key = [d["base_model_sha256"] or d["base_model"], d["max_length"], TOKENIZATION_VERSION]
+    if d.get("backend", "torch") not in EXACT:  # vectors of the exact backends are the same; others have their own
+        key.append(d["backend"])
+    h.update(json.dumps(key).encode())
     for doc in docs:
         h.update(doc.id.encode() + b"\0" + doc.contents.encode() + b"\1")
     return h.hexdigest()[:24]

@@ -43,6 +43,7 @@ import numpy as np
 from weir.core import bm25
 from weir.indexer.weighting.terms import word_terms
 from weir.core.provenance import sha256_file, write_card
+from weir.core.inference import check_backend, open_forward
 from weir.core.runtime import DEFAULT_MODEL, load_pretrained, model_fingerprint, prepare_device, resolve_model
 from weir.core.types import InputError
 
@@ -191,9 +192,7 @@ class Backbone:
     """The encoder: term vectors of passages (frozen, inference only), batched, on the device chosen at run time."""
 
     def __init__(self, model: str | None = None, *, device: str | None = None, max_length: int = MAX_LENGTH,
-                 fp16: bool | None = None, threads: int | None = None):
-        import torch
-
+                 fp16: bool | None = None, threads: int | None = None, backend: str | None = None):
         self.name = model or DEFAULT_MODEL
         self.path = resolve_model(model)
         self.device = prepare_device(device, threads)
@@ -202,11 +201,10 @@ class Backbone:
         self.tokenizer.model_max_length = 1 << 30
         if not self.tokenizer.is_fast:
             raise InputError(f"{self.name}: term weighting needs a fast tokenizer (word alignment)")
-        self.fp16 = self.device.startswith("cuda") if fp16 is None else fp16
-        self.model.to(self.device)
-        if self.fp16:
-            self.model.half()
-        self.model.eval()
+        self.forward = open_forward(self.model, self.tokenizer, check_backend(backend, self.device), self.device,
+                                    threads=threads, fp16=fp16)
+        self.backend = self.forward.backend
+        self.fp16 = bool(getattr(self.forward, "fp16", False))
         self.max_length = max_length
         self.dim = int(self.model.config.hidden_size)
         # the special tokens around one sequence ([CLS] ... [SEP] for BERT), found by encoding a word with and without
@@ -215,11 +213,10 @@ class Backbone:
         at = next(i for i in range(len(full)) if full[i:i + len(bare)] == bare)
         self._before, self._after = list(full[:at]), list(full[at + len(bare):])
         self._prefix, self._extra = len(self._before), len(self._before) + len(self._after)
-        self._torch = torch
 
     def describe(self) -> dict:
         return {"base_model": self.name, "base_model_path": self.path, "base_model_sha256": model_fingerprint(self.path),
-                "max_length": self.max_length}
+                "max_length": self.max_length, **self.forward.describe()}
 
     def _windows(self, pieces: list[list[int]], needed: list[int]):
         """Cut a passage's word pieces into windows; yield (ids, [(position, row)]) for the needed words."""
@@ -243,7 +240,6 @@ class Backbone:
         """Per text: (unique terms, float32 (n_terms, dim) first-occurrence vectors), rounded to float16 precision as
         the term vector cache stores them, so that weights are the same whether the vectors come from the cache or
         not."""
-        torch = self._torch
         parsed = [passage_terms(t) for t in texts]
         out = [(terms, np.zeros((len(terms), self.dim), dtype=np.float32)) for _, terms, _ in parsed]
         chunks = []  # (text index, ids, marks)
@@ -266,24 +262,23 @@ class Backbone:
             rows_of_word.append(m)
         order = sorted(range(len(chunks)), key=lambda i: -len(chunks[i][1]))
         pad = self.tokenizer.pad_token_id or 0
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                idx = order[start:start + batch_size]
-                width = max(len(chunks[i][1]) for i in idx)
-                input_ids = torch.full((len(idx), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(idx), width), dtype=torch.long)
-                for j, i in enumerate(idx):
-                    ids = chunks[i][1]
-                    input_ids[j, :len(ids)] = torch.tensor(ids)
-                    mask[j, :len(ids)] = 1
-                hidden = self.model(input_ids=input_ids.to(self.device),
-                                    attention_mask=mask.to(self.device)).last_hidden_state.float().cpu().numpy()
-                for j, i in enumerate(idx):
-                    ti, _, marks = chunks[i]
-                    _, terms, first = parsed[ti]
-                    for pos, r in marks:
-                        for row in rows_of_word[ti][first[r]]:
-                            out[ti][1][row] = hidden[j, pos]
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            width = max(len(chunks[i][1]) for i in idx)
+            input_ids = np.full((len(idx), width), pad, dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for j, i in enumerate(idx):
+                ids = chunks[i][1]
+                input_ids[j, :len(ids)] = ids
+                mask[j, :len(ids)] = 1
+            hidden = self.forward({"input_ids": input_ids, "attention_mask": mask,
+                                   "token_type_ids": np.zeros_like(input_ids)})["last_hidden_state"]
+            for j, i in enumerate(idx):
+                ti, _, marks = chunks[i]
+                _, terms, first = parsed[ti]
+                for pos, r in marks:
+                    for row in rows_of_word[ti][first[r]]:
+                        out[ti][1][row] = hidden[j, pos]
         return [(terms, v.astype(np.float16).astype(np.float32)) for terms, v in out]
 
 
@@ -291,7 +286,7 @@ class TermWeighter:
     """A trained head over its backbone: ``weights(texts)`` -> per text (unique terms, float32 weights)."""
 
     def __init__(self, path: str | os.PathLike, *, device: str | None = None, backbone: Backbone | None = None,
-                 batch_size: int = 32):
+                 batch_size: int = 32, backend: str | None = None):
         import torch
 
         self.path = Path(path)
@@ -301,7 +296,7 @@ class TermWeighter:
                              f"train one with `weir train deepct|deepimpact`")
         self.card = json.loads(card_path.read_text(encoding="utf-8"))
         self.kind = self.card["kind"]
-        self.backbone = backbone or Backbone(self.card["base_model"], device=device,
+        self.backbone = backbone or Backbone(self.card["base_model"], device=device, backend=backend,
                                              max_length=int(self.card.get("max_length", MAX_LENGTH)))
         self.features = list(self.card.get("features") or [])
         self.shape = self.card.get("shape", "free")
@@ -342,7 +337,8 @@ class TermWeighter:
                 "shrink": self.shrink,
                 "card_sha256": self.card_sha256(),
                 "head_sha256": sha256_file(self.path / HEAD), "base_model": self.card["base_model"],
-                "max_length": self.backbone.max_length, "device": self.backbone.device}
+                "max_length": self.backbone.max_length, "device": self.backbone.device,
+                "backend": self.backbone.backend}
 
     def apply(self, vectors: np.ndarray, features: np.ndarray | None = None,
               prior: np.ndarray | None = None) -> np.ndarray:

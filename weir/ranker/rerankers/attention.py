@@ -13,7 +13,7 @@ spread over the query's candidates (a word piece that attends alike to every can
 
 A model directory (`weir train attention`) holds the fine-tuned backbone (Hugging Face format), ``heads.json`` (the
 selected heads, weights, bias, settings) and ``card.json``. Pairs of every query of a batch are scored together,
-sorted by length (little padding), under autocast (bf16/fp16) on a GPU.
+sorted by length (little padding), on the inference backend chosen (:mod:`weir.core.inference`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from weir.ranker.rerankers.backbone import (
     passage_mass,
     segment_masks,
 )
+from weir.core.inference import check_backend, feed, open_forward
 from weir.ranker.stage import Reranker, apply_scores
 from weir.core.runtime import autocast, shipped_model
 from weir.core.types import Query, Run, same_length_batches
@@ -43,7 +44,7 @@ from weir.core.types import Query, Run, same_length_batches
 class AttentionModel:
     """The trained backbone plus the head selection and combination of a model directory."""
 
-    def __init__(self, path: str | os.PathLike, *, device: str | None = None):
+    def __init__(self, path: str | os.PathLike, *, device: str | None = None, backend: str | None = None):
         self.path = Path(path)
         settings = ModelDirectory.read_settings(self.path, "heads.json", "attention")
         self.late = settings.get("interaction", "joint") == "late"
@@ -51,6 +52,10 @@ class AttentionModel:
         self.settings, self.device, self.card = directory.settings, directory.device, directory.card
         self.tokenizer, self.model = directory.tokenizer, directory.model
         self.heads = [tuple(h) for h in self.settings["heads"]]
+        # late interaction reads the backbone's token states; joint, the selected heads' attention probabilities
+        self.forward = open_forward(self.model, self.tokenizer, check_backend(backend, self.device), self.device,
+                                    heads=() if self.late else self.heads)
+        self.backend = self.forward.backend
         self.weights = np.asarray(self.settings["weights"], dtype=np.float64)
         self.bias = float(self.settings.get("bias", 0.0))
         calib_w = self.settings.get("calibration_weights")  # own weights for the content-free pass (late)
@@ -78,17 +83,13 @@ class AttentionModel:
         query word pieces as a numpy array; pairs batched with pairs of the same length (no padding)."""
         if self.late:
             return self._late_masses(queries, passages, batch_size, doc_ids)
-        import torch
-
         out: list = [None] * len(queries)
-        with self._lock, torch.inference_mode(), autocast(self.device):
+        with self._lock:
             for idx, enc in pair_batches(self.tokenizer, queries, passages, self.max_length, batch_size):
-                qmask, pmask = segment_masks(enc)
-                enc = {k: v.to(self.device) for k, v in enc.items()}
-                attn = self.model(**enc, output_attentions=True).attentions
-                selected = torch.stack([attn[layer][:, head] for layer, head in self.heads], dim=1).float()
-                mass = passage_mass(selected, qmask.to(self.device), pmask.to(self.device)).cpu().numpy()
-                qm = qmask.numpy().astype(bool)
+                qmask, pmask = (m.numpy() for m in segment_masks(enc))
+                selected = self.forward(feed(enc))["attentions"]  # (B, K, L, L): the selected heads
+                mass = passage_mass(selected, qmask, pmask)
+                qm = qmask.astype(bool)
                 for j, i in enumerate(idx):
                     out[i] = mass[j][:, qm[j]]
         return out
@@ -96,7 +97,7 @@ class AttentionModel:
     def encode_states(self, texts: Sequence[str], max_length: int, batch_size: int = 64) -> list:
         from weir.ranker.rerankers.relevance_attention import token_states
 
-        return token_states(self.model, self.tokenizer, texts, max_length, batch_size, device=self.device)
+        return token_states(self.forward, self.tokenizer, texts, max_length, batch_size, device=self.device)
 
     def _late_masses(self, queries, passages, batch_size, doc_ids) -> list:
         """Late interaction (:mod:`weir.ranker.rerankers.relevance_attention`): each query and each passage encoded once, alone;
@@ -134,10 +135,11 @@ class AttentionReranker(Reranker):
     name = "attention"
 
     def __init__(self, index: Index, model: str | os.PathLike | None = None, *, depth: int = 100,
-                 device: str | None = None, batch_size: int | None = None, na_cache_size: int = 100_000):
+                 device: str | None = None, batch_size: int | None = None, na_cache_size: int = 100_000,
+                 backend: str | None = None):
         self.index = index
         self.model_path = Path(model) if model else shipped_model("attention")
-        self.model = AttentionModel(self.model_path, device=device)
+        self.model = AttentionModel(self.model_path, device=device, backend=backend)
         self.depth = depth
         self.batch_size = batch_size or (256 if self.model.device.startswith("cuda") else 32)
         self.model_card = self.model.card
@@ -153,7 +155,7 @@ class AttentionReranker(Reranker):
 
     def describe(self) -> dict:
         return {**super().describe(), "model_path": str(self.model_path), "heads": self.model.heads,
-                "calibrate": self.model.calibrate, "idf": self.model.idf}
+                "calibrate": self.model.calibrate, "idf": self.model.idf, "backend": self.model.backend}
 
     def _calibration(self, doc_ids: Sequence[str], texts: dict[str, str]) -> dict[str, np.ndarray]:
         """Head scores (K,) of the content-free query over each passage, cached per document."""

@@ -1,10 +1,6 @@
 """What the transformer rerankers share: the backbone loaded for reading attention, (query, passage) pair inputs and
-their segment masks, the query->passage attention mass, one BERT layer computed by hand, and the model directory a
-trainer writes (settings file, the parameters training changed, model card).
-
-The layer is written out (:func:`layer_forward`) rather than called through Hugging Face because training and
-cross-validation run only the trained top layers over cached lower-layer states, and the attention score of the top
-layer needs its attention probabilities only (its value, output and feed-forward parts are skipped).
+their segment masks, the query->passage attention mass, and the model directory a trainer writes (settings file, the
+parameters training changed, model card). One BERT layer computed by hand is :mod:`weir.core.layers`.
 """
 
 from __future__ import annotations
@@ -72,32 +68,6 @@ def passage_mass(probs, qmask, pmask):
 def mean_over_query(values, qmask):
     """(B, heads): per-position values (B, heads, L) averaged over each input's query word pieces."""
     return (values * qmask[:, None, :]).sum(-1) / qmask.sum(-1, keepdim=True).clamp(min=1)
-
-
-def extended_mask(attention_mask, dtype):
-    """(B, L) 0/1 mask -> the additive (B, 1, 1, L) mask of eager attention."""
-    import torch
-
-    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-
-
-def layer_forward(layer, hidden, add_mask, *, output: bool = True):
-    """One BERT layer by hand (eager attention, as Hugging Face computes it): ``(hidden out, attention probs
-    (B, heads, L, L))``. With ``output=False`` only the attention probabilities are computed."""
-    import torch
-
-    sa = layer.attention.self
-    B, L, _ = hidden.shape
-    shape = (B, L, sa.num_attention_heads, sa.attention_head_size)
-    q = sa.query(hidden).view(shape).transpose(1, 2)
-    k = sa.key(hidden).view(shape).transpose(1, 2)
-    probs = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * sa.scaling + add_mask, dim=-1)
-    if not output:
-        return None, probs
-    v = sa.value(hidden).view(shape).transpose(1, 2)
-    ctx = torch.matmul(sa.dropout(probs), v).transpose(1, 2).reshape(B, L, -1)
-    attn_out = layer.attention.output(ctx, hidden)
-    return layer.output(layer.intermediate(attn_out), attn_out), probs
 
 
 def load_trained_delta(model, path: Path) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 from weir.indexer.index_dir import Index
 from weir.ranker.rerankers.backbone import ModelDirectory, pair_batches
 from weir.ranker.stage import Reranker, apply_scores
-from weir.core.runtime import autocast, shipped_model
+from weir.core.inference import check_backend, feed, open_forward
+from weir.core.runtime import shipped_model
 from weir.core.types import Query, Run
 
 
@@ -20,7 +21,7 @@ class CrossEncoderReranker(Reranker):
     name = "crossencoder"
 
     def __init__(self, index: Index, model: str | os.PathLike | None = None, *, depth: int = 100,
-                 device: str | None = None, batch_size: int | None = None):
+                 device: str | None = None, batch_size: int | None = None, backend: str | None = None):
         import torch
 
         self.index, self.depth = index, depth
@@ -31,7 +32,8 @@ class CrossEncoderReranker(Reranker):
         self.tokenizer, self.model = directory.tokenizer, directory.model
         self.linear = torch.nn.Linear(self.model.config.hidden_size, 1)
         self.linear.load_state_dict(torch.load(self.model_path / "cls_head.pt", map_location="cpu"))
-        self.linear.to(self.device).eval()
+        self.linear.eval()
+        self.forward = open_forward(self.model, self.tokenizer, check_backend(backend, self.device), self.device)
         self.max_length = int(self.settings.get("max_length", 192))
         self.batch_size = batch_size or (256 if self.device.startswith("cuda") else 32)
         self._lock = threading.Lock()
@@ -40,10 +42,10 @@ class CrossEncoderReranker(Reranker):
         import torch
 
         out = [0.0] * len(queries)
-        with self._lock, torch.inference_mode(), autocast(self.device):
+        with self._lock, torch.inference_mode():
             for idx, enc in pair_batches(self.tokenizer, queries, passages, self.max_length, self.batch_size):
-                hidden = self.model(**{k: v.to(self.device) for k, v in enc.items()}).last_hidden_state[:, 0]
-                for i, s in zip(idx, self.linear(hidden.float()).squeeze(-1).tolist()):
+                hidden = torch.from_numpy(self.forward(feed(enc))["last_hidden_state"][:, 0])  # [CLS], float32
+                for i, s in zip(idx, self.linear(hidden).squeeze(-1).tolist()):
                     out[i] = s
         return out
 

@@ -29,6 +29,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from weir.core.types import same_length_batches
@@ -84,9 +85,21 @@ def token_states(model, tokenizer, texts: Sequence[str], max_length: int, batch_
     """The backbone's last-layer token states of each text encoded alone (``[CLS] text [SEP]``), L2-normalized per
     token: a list of (L_i, H) float32 tensors on the CPU. Texts are batched with texts of the same length only (no
     padding); ``batch_size=1`` encodes each in a pass of its own, so that its states do not depend at all on what
-    else is encoded (the number of rows of a batch changes the last bits)."""
+    else is encoded (the number of rows of a batch changes the last bits). ``model``: a Hugging Face model, or a
+    :class:`weir.core.inference.Forward` (the backend the reranker runs on)."""
+    from weir.core.inference import Forward
+
     ids = segment_tokens(tokenizer, texts, max_length)
     out: list = [None] * len(ids)
+    if isinstance(model, Forward):
+        for idx in same_length_batches([len(i) for i in ids], batch_size):
+            input_ids = np.asarray([ids[i] for i in idx], dtype=np.int64)
+            hidden = model({"input_ids": input_ids, "attention_mask": np.ones_like(input_ids),
+                            "token_type_ids": np.zeros_like(input_ids)})["last_hidden_state"]
+            hidden = hidden / np.maximum(np.linalg.norm(hidden, axis=-1, keepdims=True), 1e-12)
+            for j, i in enumerate(idx):
+                out[i] = torch.from_numpy(hidden[j].copy())
+        return out
     with torch.inference_mode():
         for idx in same_length_batches([len(i) for i in ids], batch_size):
             input_ids = torch.tensor([ids[i] for i in idx], dtype=torch.long)

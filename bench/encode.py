@@ -1,0 +1,119 @@
+"""Passage and query encoding on each inference backend, side by side with what a user would pick instead
+(sentence-transformers on each CPU backend it can run here), in one process, alternating rounds. Prints figures;
+asserts nothing.
+
+For every variant: passages/s over the same SciFact passages (title + text, the same max length, batch size and
+threads), the smallest cosine of its embeddings to sentence-transformers' fp32 torch ones (the reference), and the
+median latency of one query encoded alone (the dense stage's per-query cost, cache cleared).
+
+    python bench/encode.py --passages 2000 --rounds 2
+    python bench/encode.py --passages 500 --rounds 3 --variants weir:torch,weir:onnx,st:torch
+
+Variants: ``weir:<backend>`` (:mod:`weir.core.inference`: torch, onnx, onnx-int8) and ``st:<backend>``
+(sentence-transformers: torch, onnx, onnx-qint8, openvino, openvino-qint8). A sentence-transformers backend that
+cannot load here (its onnx and openvino backends need optimum, which pins transformers below 5) is reported with
+the reason and left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+from _common import COLLECTIONS, corpus
+
+DEFAULT_VARIANTS = "st:torch,st:onnx,st:onnx-qint8,st:openvino,st:openvino-qint8,weir:torch,weir:onnx,weir:onnx-int8"
+
+
+def weir_variant(backend: str, args):
+    from weir.indexer.encoder import Encoder
+
+    encoder = Encoder(backend=backend, batch_size=args.batch_size, passage_max_length=args.max_length)
+
+    def passages(texts):
+        return encoder.encode_passages(texts)
+
+    def query(text):
+        encoder.clear_cache()
+        return encoder.encode_queries([text])[0]
+
+    return passages, query
+
+
+def st_variant(backend: str, args):
+    from sentence_transformers import SentenceTransformer
+
+    from weir.core.runtime import default_model_path
+
+    kind, _, quant = backend.partition("-")
+    kwargs = {}
+    if quant == "qint8":
+        kwargs["model_kwargs"] = {"file_name": "onnx/model_qint8_avx512_vnni.onnx" if kind == "onnx" else
+                                  "openvino/openvino_model_qint8_quantized.xml"}
+    model = SentenceTransformer(default_model_path(), device="cpu", backend=kind, **kwargs)
+    model.max_seq_length = args.max_length
+
+    def passages(texts):
+        return model.encode(texts, batch_size=args.batch_size, normalize_embeddings=True)
+
+    def query(text):
+        return model.encode([text], normalize_embeddings=True)[0]
+
+    return passages, query
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--collection", default=str(COLLECTIONS / "beir-scifact"))
+    p.add_argument("--passages", type=int, default=2000)
+    p.add_argument("--queries", type=int, default=50, help="queries encoded one at a time per round")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-length", type=int, default=256)
+    p.add_argument("--variants", default=DEFAULT_VARIANTS)
+    args = p.parse_args()
+
+    from pathlib import Path
+
+    from weir.core.runtime import configure_cpu_threads
+    from weir.core.trec import read_topics
+
+    threads = configure_cpu_threads()
+    _, texts = corpus(Path(args.collection))
+    texts = texts[:args.passages]
+    queries = [q.text for q in read_topics(Path(args.collection) / "queries.tsv")][:args.queries]
+    variants = {}
+    for name in args.variants.split(","):
+        family, _, backend = name.partition(":")
+        try:
+            variants[name] = (weir_variant if family == "weir" else st_variant)(backend, args)
+        except Exception as e:  # a backend this machine cannot run: said, and left out
+            print(f"{name}: unavailable here ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+    print(f"{len(texts)} passages, {len(queries)} queries, batch {args.batch_size}, max length {args.max_length}, "
+          f"{threads} threads, {args.rounds} alternating rounds")
+    seconds = {n: [] for n in variants}
+    query_ms = {n: [] for n in variants}
+    embeddings = {}
+    for _ in range(args.rounds):
+        for name, (passages, query) in variants.items():
+            start = time.perf_counter()
+            embeddings[name] = np.asarray(passages(texts), dtype=np.float32)
+            seconds[name].append(time.perf_counter() - start)
+            for q in queries:
+                start = time.perf_counter()
+                query(q)
+                query_ms[name].append((time.perf_counter() - start) * 1000)
+    reference = embeddings.get("st:torch", embeddings.get("weir:torch"))
+    base = statistics.median(seconds.get("st:torch", next(iter(seconds.values()))))
+    print(f"{'variant':<22}{'passages/s':>12}{'x st:torch':>12}{'min cosine':>12}{'query ms (median)':>19}")
+    for name in variants:
+        median = statistics.median(seconds[name])
+        cosine = float((embeddings[name] * reference).sum(1).min())
+        print(f"{name:<22}{len(texts) / median:>12.1f}{base / median:>12.2f}{cosine:>12.5f}"
+              f"{statistics.median(query_ms[name]):>19.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Inference backends: an export equals fp32 torch on padded, mixed-length batches; a wrong or tampered export is
+refused, never used; vectors of an inexact backend are never searched with another."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from weir.core.types import InputError
+
+TEXTS = ["short", "a query about microglia", "Microglia are the resident immune cells of the brain. " * 12,
+         "naïve café, 1,204 patients (aged 18-65); p < 0.001", "Passage retrieval ranks passages. " * 40]
+
+
+@pytest.fixture(scope="module")
+def backbone():
+    from weir.core.runtime import load_pretrained
+
+    return load_pretrained(None)
+
+
+@pytest.fixture(scope="module")
+def onnx_forward(backbone):
+    """The default backbone's onnx export, made (or opened) in the user's cache as weir itself does."""
+    from weir.core.inference import open_forward
+
+    tokenizer, model = backbone
+    return open_forward(model, tokenizer, "onnx", "cpu")
+
+
+def _batch(tokenizer, texts):
+    from weir.core.inference import feed
+
+    return feed(tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="np"))
+
+
+def test_onnx_export_equals_torch_on_padded_mixed_length_batches(backbone, onnx_forward):
+    from weir.core.inference import TorchForward
+
+    tokenizer, model = backbone
+    check = onnx_forward.record["check"]
+    assert len(set(check["lengths"])) == check["rows"] >= 7  # mixed lengths, single texts and pairs
+    assert check["padded"]["max_abs_diff"] < 1e-4 and check["alone"]["max_abs_diff"] < 1e-4
+    # texts it was not checked on, padded together, and each alone (no shape of the trace baked in)
+    batch = _batch(tokenizer, TEXTS)
+    ours, reference = onnx_forward(batch)["last_hidden_state"], TorchForward(model, "cpu")(batch)["last_hidden_state"]
+    mask = batch["attention_mask"].astype(bool)
+    assert len(set(mask.sum(1))) == len(TEXTS) and ours.shape == reference.shape
+    assert np.abs(ours - reference)[mask].max() < 1e-4
+    for i, n in enumerate(mask.sum(1)):
+        alone = onnx_forward({k: v[i:i + 1, :n] for k, v in batch.items()})["last_hidden_state"][0]
+        assert np.abs(alone - reference[i, :n]).max() < 1e-4
+
+
+def test_export_with_attention_outputs_equals_torch(backbone, tmp_path, monkeypatch):
+    from weir.core.inference import TorchForward, open_forward
+    from weir.core.runtime import load_pretrained
+
+    monkeypatch.setenv("WEIR_CACHE", str(tmp_path))
+    tokenizer, _ = backbone
+    _, eager = load_pretrained(None, attn_implementation="eager")
+    heads = [(5, 3), (0, 1)]
+    forward = open_forward(eager, tokenizer, "onnx", "cpu", heads=heads)
+    batch = _batch(tokenizer, TEXTS[:4])
+    ours, reference = forward(batch)["attentions"], TorchForward(eager, "cpu", heads=heads)(batch)["attentions"]
+    width = batch["input_ids"].shape[1]
+    assert ours.shape == reference.shape == (4, 2, width, width)
+    mask = batch["attention_mask"].astype(bool)
+    keep = mask[:, None, :, None] & mask[:, None, None, :]
+    assert np.abs(np.where(keep, ours - reference, 0)).max() < 1e-5
+
+
+def test_a_wrong_export_is_refused_and_not_written(backbone, tmp_path, monkeypatch):
+    """The graph of the known wrong BERT exports (attention without the padding mask): refused by the check."""
+    import weir.core.inference as inference
+
+    monkeypatch.setenv("WEIR_CACHE", str(tmp_path))
+    tokenizer, model = backbone
+    right = inference._graph
+
+    def maskless(model, heads):
+        graph = right(model, heads)
+        forward = graph.forward
+        graph.forward = lambda input_ids, attention_mask, token_type_ids: forward(
+            input_ids, attention_mask * 0 + 1, token_type_ids)
+        return graph
+
+    monkeypatch.setattr(inference, "_graph", maskless)
+    with pytest.raises(inference.ExportError, match="does not match fp32 torch"):
+        inference.open_forward(model, tokenizer, "onnx", "cpu")
+    assert not list(tmp_path.rglob("*.onnx")) and not list(tmp_path.rglob("*.json"))
+
+
+def test_a_tampered_export_is_refused(backbone, onnx_forward, tmp_path, monkeypatch):
+    from weir.core.inference import ExportError, fingerprint, open_forward
+
+    tokenizer, model = backbone
+    source = onnx_forward.path.parent
+    copy = tmp_path / "exports" / fingerprint(model)
+    shutil.copytree(source, copy)
+    monkeypatch.setenv("WEIR_CACHE", str(tmp_path))
+    assert open_forward(model, tokenizer, "onnx", "cpu").record["sha256"] == onnx_forward.record["sha256"]
+    with open(copy / "onnx.onnx", "r+b") as f:  # one weight byte changed
+        f.seek(-1000, 2)
+        byte = f.read(1)
+        f.seek(-1000, 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(ExportError, match="changed after it was checked"):
+        open_forward(model, tokenizer, "onnx", "cpu")
+
+
+def test_backends_are_validated_and_inexact_vectors_never_mixed():
+    from weir.core.inference import check_backend, check_compatible
+
+    with pytest.raises(InputError, match="unknown inference backend"):
+        check_backend("tensorrt", "cpu")
+    with pytest.raises(InputError, match="runs on the CPU"):
+        check_backend("onnx", "cuda")
+    check_compatible("torch", "onnx", "x")  # the exact family: equal within 1e-4
+    check_compatible(None, "onnx", "x")  # an index from before backends were recorded: fp32 torch
+    check_compatible("onnx-int8", "onnx-int8", "x")
+    for built, asked in (("onnx-int8", "onnx"), ("onnx", "onnx-int8"), ("onnx-int8", "torch")):
+        with pytest.raises(InputError, match=f"encoded with the {built} backend"):
+            check_compatible(built, asked, "the dense component")
+
+
+def test_dense_queries_follow_the_backend_the_passages_were_encoded_with(tmp_path, onnx_forward, monkeypatch):
+    """A dense component records its backend; queries use the same family, and an inexact one is refused."""
+    from weir.indexer.build import build_index
+    from weir.indexer.dense import DenseIndex
+    from weir.indexer.index_dir import Index
+
+    corpus = tmp_path / "coll"
+    corpus.mkdir()
+    (corpus / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n"
+                                                 for i, t in enumerate(TEXTS)), encoding="utf-8")
+    build_index(corpus, tmp_path / "index", components=("dense",))
+    index = Index(tmp_path / "index")
+    assert index.manifest["components"]["dense"]["encoder"]["backend"] == "onnx"
+    dense = DenseIndex(index.component_path("dense"), index.manifest["components"]["dense"])
+    encoder = dense.query_encoder()
+    assert encoder.backend == "onnx"
+    best = dense.faiss.search(encoder.encode_queries(["the resident immune cells of the brain"]), 1)[1][0][0]
+    assert dense.docids[best] == "d2"
+    dense.encoder_settings["backend"] = "onnx-int8"
+    with pytest.raises(InputError, match="encoded with the onnx-int8 backend and cannot be searched with onnx"):
+        dense.query_encoder(backend="onnx")
+    monkeypatch.setenv("WEIR_BACKEND", "torch")  # what --backend torch sets
+    with pytest.raises(InputError, match="encoded with the onnx-int8 backend and cannot be searched with torch"):
+        dense.query_encoder()

@@ -1,0 +1,364 @@
+"""Forward passes of the transformer backbones weir runs, on a chosen backend, behind one interface: a
+:class:`Forward` takes ``input_ids``, ``attention_mask`` and ``token_type_ids`` (numpy int64, (B, L), right-padded)
+and returns float32 numpy arrays: ``last_hidden_state`` (B, L, dim) and, when asked for at load, ``attentions``
+(B, K, L, L), the attention probabilities of K selected (layer, head) pairs.
+
+Backends (``BACKENDS``):
+
+- ``torch``: the model as Hugging Face loads it, fp32 on the CPU, fp16 on a GPU. The reference every export is
+  checked against, and what a GPU runs.
+- ``onnx``: ONNX Runtime, fp32, on a graph exported here. The CPU default: on this project's 2-core machines it ran
+  the MiniLM forward 2-3x faster than fp32 torch with hidden states equal to within 1e-5 (``bench/encode.py``).
+- ``onnx-int8``: the same graph with its weight matrices quantized to int8 per output channel and activations
+  quantized dynamically (ONNX Runtime's ``quantize_dynamic``). Pays on CPUs with VNNI; on an AVX2-only CPU it was no
+  faster than ``onnx``, and its embeddings are close (cosine >= 0.98), not equal, so an index built with it is searched
+  with it only (:func:`check_compatible`).
+
+Why the export is written here rather than taken from optimum or ``transformers.onnx``: the known ways a BERT export
+goes wrong are each closed by construction (``../shared/notes``, B3): inputs are passed by name to a wrapper whose
+signature fixes their order; ``token_type_ids`` is always an input (zeros when a text has one segment); attention is
+computed by hand, eagerly, from an additive mask built from ``attention_mask`` (no SDPA, no traced mask creation of
+transformers 5); position ids come from the input's own shape; batch and sequence axes are dynamic and the trace runs
+on a padded batch of two. The wrapper is put in eval mode before tracing: ``torch.onnx.export`` restores the module's
+mode afterwards, and a wrapper left in training mode had turned the live model's dropout on (hidden states off by 6).
+
+Every export is checked when it is made (:func:`verify`): its outputs against fp32 torch on a padded batch of texts
+of 3 to 250 word pieces, single and paired, and each text alone against its row of that batch. An export outside its
+backend's tolerance is refused (:class:`ExportError`) and never written. The check's figures and the export's sha256
+are written beside it (``<backend>.json``); an export whose bytes no longer match that record is refused when opened.
+Exports live in ``$WEIR_CACHE/exports/<fingerprint of the weights and outputs>/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from weir.core.provenance import sha256_file
+from weir.core.runtime import cache_dir, cpu_threads
+from weir.core.types import InputError
+
+BACKENDS = ("torch", "onnx", "onnx-int8")
+OPSET = 17
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# what each backend must meet against fp32 torch on the check batch
+TOLERANCE = {"onnx": {"max_abs_diff": 1e-3, "min_cosine": 0.9999},
+             "onnx-int8": {"max_abs_diff": None, "min_cosine": 0.98}}
+# the exact family: backends whose outputs equal fp32 torch within 1e-3, so indexes built with one are searched
+# with another; any other backend only with itself
+EXACT = ("torch", "onnx")
+CHECK_TEXT = (
+    "Passage retrieval ranks the passages of a collection by how well they answer a query. A first stage scores every "
+    "passage cheaply with an inverted index, and a second stage rereads the best few hundred with a transformer that "
+    "sees query and passage together. Learned term weights move part of that reading to index time: each term of a "
+    "passage gets a weight from its context, so the inverted index itself knows that a word is central to one passage "
+    "and incidental in another. Static pruning leaves out passages that no query is likely to need, judged by a "
+    "quality estimator; a smaller index is faster to search and cheaper to keep. Dense retrieval encodes passages and "
+    "queries into vectors whose inner product approximates relevance, and a hybrid fuses the two rankings. Each of "
+    "these steps is checked on test collections with relevance judgments, such as SciFact, ArguAna and the TREC deep "
+    "learning track, and an index is only as good as the weakest of its components on data it never saw in training. "
+    "The clinical trial enrolled 1,204 patients (aged 18-65) across 14 sites; p < 0.001 for the primary endpoint.")
+CHECK_WORDS = (3, 12, 40, 120, 250)
+
+
+class ExportError(InputError):
+    """An export that does not match fp32 torch, or whose file changed after it was checked."""
+
+
+def default_backend(device: str) -> str:
+    """``$WEIR_BACKEND`` when set, else ``onnx`` on the CPU and ``torch`` on a GPU."""
+    chosen = os.environ.get("WEIR_BACKEND") or ("onnx" if device == "cpu" else "torch")
+    return check_backend(chosen, device)
+
+
+def check_backend(backend: str | None, device: str) -> str:
+    """``backend`` validated for ``device`` (None: the default)."""
+    if backend is None:
+        return default_backend(device)
+    if backend not in BACKENDS:
+        raise InputError(f"unknown inference backend {backend!r}; known: {', '.join(BACKENDS)}")
+    if backend != "torch" and device != "cpu":
+        raise InputError(f"the {backend} backend runs on the CPU; on {device} use --backend torch")
+    return backend
+
+
+def check_compatible(built: str | None, asked: str, what: str) -> None:
+    """Refuse to search an index component built with backend ``built`` (None: before backends were recorded,
+    i.e. torch) with ``asked`` unless both are in the exact family or they are the same."""
+    built = built or "torch"
+    if built != asked and not (built in EXACT and asked in EXACT):
+        raise InputError(f"{what} was encoded with the {built} backend and cannot be searched with {asked}: their "
+                         f"vectors differ; use --backend {built}, or rebuild the index with --backend {asked}")
+
+
+def feed(enc) -> dict[str, np.ndarray]:
+    """A tokenizer's output (numpy or torch) as the int64 inputs of a forward pass, ``token_type_ids`` added as zeros
+    where the tokenizer gave none."""
+    out = {k: np.asarray(enc[k].cpu() if hasattr(enc[k], "cpu") else enc[k], dtype=np.int64)
+           for k in ("input_ids", "attention_mask")}
+    types = enc.get("token_type_ids") if hasattr(enc, "get") else None
+    out["token_type_ids"] = (np.zeros_like(out["input_ids"]) if types is None else
+                             np.asarray(types.cpu() if hasattr(types, "cpu") else types, dtype=np.int64))
+    return out
+
+
+class Forward:
+    """One backend's forward pass: ``forward(inputs) -> {"last_hidden_state": ..., ["attentions": ...]}``."""
+
+    backend: str
+    dim: int
+    heads: tuple[tuple[int, int], ...]
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"backend": self.backend}
+
+
+class TorchForward(Forward):
+    """The Hugging Face model (eager attention when attentions are read), fp16 on a GPU, fp32 otherwise."""
+
+    backend = "torch"
+
+    def __init__(self, model, device: str, *, heads: Sequence[tuple[int, int]] = (), fp16: bool | None = None):
+        self.model, self.device, self.heads = model, device, tuple(map(tuple, heads))
+        self.fp16 = device.startswith("cuda") if fp16 is None else fp16
+        model.to(device)
+        if self.fp16:
+            model.half()
+        model.eval()
+        if self.heads and getattr(model.config, "_attn_implementation", "eager") != "eager":
+            model.set_attn_implementation("eager")  # SDPA does not give attention probabilities
+        self.dim = int(model.config.hidden_size)
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import torch
+
+        with torch.inference_mode():
+            x = {k: torch.from_numpy(np.ascontiguousarray(inputs[k])).to(self.device) for k in INPUTS}
+            out = self.model(**x, output_attentions=bool(self.heads))
+            result = {"last_hidden_state": out.last_hidden_state.float().cpu().numpy()}
+            if self.heads:
+                result["attentions"] = torch.stack([out.attentions[layer][:, head] for layer, head in self.heads],
+                                                   dim=1).float().cpu().numpy()
+        return result
+
+
+class OnnxForward(Forward):
+    """An ONNX Runtime session over a checked export (CPU; intra-op threads = usable cores, no spinning, so that
+    other work on the same cores is not starved between calls)."""
+
+    def __init__(self, path: Path, record: dict, threads: int | None = None):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or int(os.environ.get("WEIR_TORCH_THREADS", 0)) or cpu_threads()
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.path, self.record = path, record
+        self.backend, self.dim = record["backend"], int(record["dim"])
+        self.heads = tuple(tuple(h) for h in record.get("heads", []))
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        # the graph's own inputs: the exporter drops one the model never reads (no mask when no layer is kept)
+        self.inputs = [i.name for i in self.session.get_inputs()]
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        values = self.session.run(None, {k: np.ascontiguousarray(inputs[k], dtype=np.int64) for k in self.inputs})
+        return dict(zip(self.outputs, values))
+
+    def describe(self) -> dict:
+        return {"backend": self.backend, "export": str(self.path), "export_sha256": self.record["sha256"],
+                "check": self.record["check"]}
+
+
+def open_forward(model, tokenizer, backend: str, device: str, *, heads: Sequence[tuple[int, int]] = (),
+                 threads: int | None = None, fp16: bool | None = None) -> Forward:
+    """The forward pass of a loaded Hugging Face ``model`` on ``backend`` (exported and checked on first use, then
+    opened from the cache)."""
+    backend = check_backend(backend, device)
+    if backend == "torch":
+        return TorchForward(model, device, heads=heads, fp16=fp16)
+    model.float().eval()
+    directory = cache_dir("exports", fingerprint(model, heads))
+    path, record_path = directory / f"{backend}.onnx", directory / f"{backend}.json"
+    if not path.is_file() or not record_path.is_file():
+        export(model, tokenizer, backend, path, heads=heads)
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    if sha256_file(path) != record.get("sha256"):
+        raise ExportError(f"{path}: the export changed after it was checked (sha256 differs from {record_path}); "
+                          f"it is not used. Delete {directory} to export and check it again")
+    return OnnxForward(path, record, threads)
+
+
+def fingerprint(model, heads: Sequence[tuple[int, int]] = ()) -> str:
+    """sha256 (first 24 hex digits) over the model's parameters and buffers and the outputs asked for: an export is
+    reused only for the very weights it was made from (a fine-tuned backbone has its own)."""
+    digest = hashlib.sha256(json.dumps({"class": type(model).__name__, "heads": [list(h) for h in heads],
+                                        "opset": OPSET}).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + b"\0")
+        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:24]
+
+
+def _graph(model, heads: Sequence[tuple[int, int]]):
+    """The BERT encoder as an exportable module: embeddings, then each layer by hand with eager attention."""
+    import torch
+
+    from weir.core.layers import layer_forward
+
+    class Graph(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            positions = torch.cumsum(torch.ones_like(input_ids), 1) - 1
+            hidden = self.model.embeddings(input_ids=input_ids, token_type_ids=token_type_ids,
+                                           position_ids=positions)
+            add = (1.0 - attention_mask[:, None, None, :].to(hidden.dtype)) * torch.finfo(hidden.dtype).min
+            wanted: dict[int, list[int]] = {}
+            for layer, head in heads:
+                wanted.setdefault(layer, []).append(head)
+            selected = {}
+            for i, layer in enumerate(self.model.encoder.layer):
+                hidden, probs = layer_forward(layer, hidden, add)
+                for head in wanted.get(i, []):
+                    selected[(i, head)] = probs[:, head]
+            if not heads:
+                return hidden
+            return hidden, torch.stack([selected[tuple(h)] for h in heads], dim=1)
+
+    return Graph().eval()
+
+
+def export(model, tokenizer, backend: str, path: Path, *, heads: Sequence[tuple[int, int]] = ()) -> dict:
+    """Export ``model`` for ``backend`` to ``path``, check it against fp32 torch (:func:`verify`) and write it with its
+    record, or raise :class:`ExportError` and write nothing."""
+    import torch
+
+    was_training = model.training
+    model.float().eval()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    outputs = ["last_hidden_state"] + (["attentions"] if heads else [])
+    sample = feed(tokenizer(["an example of a passage that is longer", "short"], padding=True, return_tensors="np"))
+    axes = {name: {0: "batch", 1: "sequence"} for name in (*INPUTS, *outputs)}
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        fp32 = Path(tmp) / "fp32.onnx"
+        with torch.inference_mode(False), torch.no_grad(), _quiet():
+            torch.onnx.export(_graph(model, heads), tuple(torch.from_numpy(sample[k]) for k in INPUTS), str(fp32),
+                              input_names=list(INPUTS), output_names=outputs, dynamic_axes=axes,
+                              opset_version=OPSET, dynamo=False)
+        model.train(was_training)
+        made = fp32
+        if backend == "onnx-int8":
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            made = Path(tmp) / "int8.onnx"
+            # weight matrices only (MatMulConstBOnly): the attention products of two activations stay fp32
+            quantize_dynamic(str(fp32), str(made), weight_type=QuantType.QInt8, per_channel=True,
+                             extra_options={"MatMulConstBOnly": True})
+        record = {"backend": backend, "dim": int(model.config.hidden_size), "heads": [list(h) for h in heads],
+                  "opset": OPSET, "versions": _versions()}
+        record["check"] = verify(model, tokenizer, OnnxForward(made, record, threads=None), backend)
+        record["sha256"] = sha256_file(made)
+        # the export, then its record, each renamed into place whole (processes exporting at once write the same)
+        os.replace(made, path)
+        written = Path(tmp) / "record.json"
+        written.write_text(json.dumps(record, indent=2), encoding="utf-8")
+        os.replace(written, path.with_suffix(".json"))
+    return record
+
+
+def check_batch(tokenizer) -> tuple[dict[str, np.ndarray], list[int]]:
+    """The padded, mixed-length batch an export is checked on: the check text cut to 3 to 250 words, single, and two
+    (query, passage) pairs; with each row's real length."""
+    words = CHECK_TEXT.split()
+    singles = [" ".join(words[:n]) for n in CHECK_WORDS]
+    queries, passages = ["what does a quality estimator judge", "dense retrieval"], [singles[2], singles[4]]
+    a = tokenizer(singles, truncation=True, max_length=256)
+    b = tokenizer(queries, passages, truncation="only_second", max_length=256)
+    rows = [{k: enc[k][i] for k in enc} for enc in (a, b) for i in range(len(enc["input_ids"]))]
+    width = max(len(r["input_ids"]) for r in rows)
+    pad = tokenizer.pad_token_id or 0
+    batch = {k: np.zeros((len(rows), width), dtype=np.int64) for k in INPUTS}
+    batch["input_ids"][:] = pad
+    for i, r in enumerate(rows):
+        n = len(r["input_ids"])
+        batch["input_ids"][i, :n] = r["input_ids"]
+        batch["attention_mask"][i, :n] = 1
+        if "token_type_ids" in r:
+            batch["token_type_ids"][i, :n] = r["token_type_ids"]
+    return batch, [len(r["input_ids"]) for r in rows]
+
+
+def compare(reference: dict[str, np.ndarray], other: dict[str, np.ndarray], mask: np.ndarray) -> dict:
+    """Largest absolute difference of the outputs over real positions, and the smallest cosine of the rows' mean-pooled
+    hidden states."""
+    m = mask[..., None].astype(np.float32)
+    a, b = reference["last_hidden_state"] * m, other["last_hidden_state"] * m
+    pa, pb = a.sum(1) / m.sum(1), b.sum(1) / m.sum(1)
+    cos = (pa * pb).sum(1) / (np.linalg.norm(pa, axis=1) * np.linalg.norm(pb, axis=1))
+    out = {"max_abs_diff": float(np.abs(a - b).max()), "min_cosine": float(cos.min())}
+    if "attentions" in reference:
+        keep = (mask[:, None, :, None] * mask[:, None, None, :]).astype(bool)
+        diff = np.abs(reference["attentions"] - other["attentions"])
+        out["attentions_max_abs_diff"] = float(np.where(keep, diff, 0).max())
+    return out
+
+
+def verify(model, tokenizer, candidate: Forward, backend: str) -> dict:
+    """Check ``candidate`` against fp32 torch on :func:`check_batch` (padded) and on each of its rows alone; the figures,
+    or :class:`ExportError` when a tolerance of :data:`TOLERANCE` is not met."""
+    batch, lengths = check_batch(tokenizer)
+    reference = TorchForward(model, "cpu", heads=candidate.heads, fp16=False)(batch)
+    padded = compare(reference, candidate(batch), batch["attention_mask"])
+    alone = {"max_abs_diff": 0.0, "min_cosine": 1.0}
+    for i, n in enumerate(lengths):  # a row alone, no padding: catches shapes baked in by the trace
+        row = {k: v[i:i + 1, :n] for k, v in batch.items()}
+        ref_row = {k: v[i:i + 1, :n] for k, v in reference.items() if k == "last_hidden_state"}
+        if "attentions" in reference:
+            ref_row["attentions"] = reference["attentions"][i:i + 1, :, :n, :n]
+        figures = compare(ref_row, candidate(row), row["attention_mask"])
+        alone = {k: (max if k != "min_cosine" else min)(alone.get(k, figures[k]), figures[k]) for k in figures}
+    tolerance = TOLERANCE[backend]
+    check = {"rows": len(lengths), "lengths": lengths, "padded": padded, "alone": alone, "tolerance": tolerance}
+    for name, figures in (("padded", padded), ("alone", alone)):
+        too_far = tolerance["max_abs_diff"] is not None and (
+            figures["max_abs_diff"] > tolerance["max_abs_diff"]
+            or figures.get("attentions_max_abs_diff", 0.0) > tolerance["max_abs_diff"])
+        if too_far or figures["min_cosine"] < tolerance["min_cosine"]:
+            raise ExportError(f"the {backend} export does not match fp32 torch ({name} batch: {figures}; tolerance "
+                              f"{tolerance}); it is not used")
+    return check
+
+
+def _versions() -> dict:
+    from importlib.metadata import version
+
+    return {p: version(p) for p in ("torch", "onnxruntime", "onnx", "transformers")}
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence the tracer's warnings about Python values (the graph's shapes are checked by :func:`verify`)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+__all__: list[Any] = ["BACKENDS", "EXACT", "ExportError", "Forward", "OnnxForward", "TorchForward", "check_backend",
+                      "check_compatible", "default_backend", "export", "feed", "fingerprint", "open_forward", "verify"]
