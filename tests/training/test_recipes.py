@@ -1,6 +1,6 @@
 """Recipes: every shipped model has one, it reads, and a trainer's settings come from it, then the command line;
 bad recipes and settings are refused with what is known; the cheap shipped models are trained again from their
-recipes bit for bit (the expensive ones: the closing notes of issue 30)."""
+recipes (the same trees; the same weights to 1e-6) (the expensive ones: the closing notes of issue 30)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_a_retired_flag_is_answered_with_the_setting_that_replaces_it(capsys):
 @pytest.mark.data
 @pytest.mark.slow
 @pytest.mark.parametrize("name, files", [("quality-surface", ["model.txt"]), ("quality-learned", ["head.pt"])])
-def test_the_cheap_shipped_models_are_trained_again_bit_for_bit_from_their_recipes(name, files, tmp_path,
+def test_the_cheap_shipped_models_are_trained_again_from_their_recipes(name, files, tmp_path,
                                                                                    monkeypatch):
     from tests.conftest import collection
     from weir.cli import main
@@ -72,12 +72,36 @@ def test_the_cheap_shipped_models_are_trained_again_bit_for_bit_from_their_recip
     monkeypatch.setenv("WEIR_CACHE", str(tmp_path / "cache"))
     assert main(["train", "--recipe", name, "--out", str(tmp_path / name)]) == 0
     for file in files:
-        assert (tmp_path / name / file).read_bytes() == (MODELS / name / file).read_bytes()
+        assert_same_model(tmp_path / name / file, MODELS / name / file)
     card = json.loads((tmp_path / name / "card.json").read_text(encoding="utf-8"))
     shipped = json.loads((MODELS / name / "card.json").read_text(encoding="utf-8"))
     assert list(card["metrics"]["validation_survival"].values()) == list(
         shipped["metrics"]["validation_survival"].values())
     assert not [s for s in strings(card) if Path(s).is_absolute()]  # no machine's directory
+
+
+def assert_same_model(made: Path, shipped: Path) -> None:
+    """LightGBM's text model: the same trees, byte for byte. A torch state_dict: the same tensors to 1e-6 (a float sum
+    differs in its last bits between CPUs whose kernels use different vector widths: AVX2 and AVX-512 machines gave
+    weights 1e-7 apart, and torch.save's bytes differ with them)."""
+    if made.suffix != ".pt":
+        assert made.read_bytes() == shipped.read_bytes()
+        return
+    import torch
+
+    def tensors(state, prefix=""):
+        for key, value in state.items():
+            if isinstance(value, dict):
+                yield from tensors(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
+
+    a = dict(tensors(torch.load(made, map_location="cpu", weights_only=True)))
+    b = dict(tensors(torch.load(shipped, map_location="cpu", weights_only=True)))
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].shape == b[key].shape, key
+        assert torch.allclose(a[key].double(), b[key].double(), rtol=0, atol=1e-6), key
 
 
 def strings(value) -> list[str]:
