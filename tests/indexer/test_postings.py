@@ -98,16 +98,17 @@ def test_weir_index_upgrade_stores_the_postings_of_an_older_index(small_index, t
     old = tmp_path / "old"
     shutil.copytree(small_index.path, old)
     shutil.rmtree(old / "bm25" / DIRECTORY)
+    shutil.rmtree(old / "bm25" / "documents")
     manifest = read_manifest(old)
     entry = manifest["components"]["bm25"]
-    del entry["postings_arrays"]
+    del entry["postings_arrays"], entry["document_store"]
     entry["sha256"], entry["files"], entry["bytes"] = tree_checksum(old / "bm25")
     write_manifest(old, manifest)
     corrupt = tmp_path / "corrupt"
     shutil.copytree(old, corrupt)
 
     assert main(["index", "upgrade", str(old)]) == 0
-    assert "stored the postings of bm25" in capsys.readouterr().err
+    assert "bm25: postings; bm25: document store" in capsys.readouterr().err
     verify(old)
     assert (old / "bm25" / DIRECTORY / "meta.json").is_file()
     assert BM25(Index(old)).search(["apple banana"], 10) == BM25(small_index).search(["apple banana"], 10)

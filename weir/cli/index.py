@@ -112,12 +112,11 @@ def cmd_verify(args) -> int:
 
 
 def cmd_upgrade(args) -> int:
-    from weir.indexer.index_dir import store_postings
+    from weir.indexer.index_dir import upgrade
 
-    upgraded = store_postings(args.index)
+    upgraded = upgrade(args.index)
     if upgraded:
-        print(f"{args.index}: stored the postings of {', '.join(upgraded)} (in-process search; checksums updated)",
-              file=sys.stderr)
+        print(f"{args.index}: stored {'; '.join(upgraded)} (checksums updated)", file=sys.stderr)
     else:
         print(f"{args.index}: up to date", file=sys.stderr)
     return 0
@@ -156,11 +155,13 @@ def add_parsers(sub) -> None:
     v.set_defaults(func=cmd_verify)
 
     u = idx.add_parser("upgrade", help="store what an index of an earlier weir lacks (the postings of its Lucene "
-                       "components), in place",
+                       "components, the document store of bm25), in place",
                        description="Bring an index built by an earlier weir up to date, in place: each Lucene "
-                       "component (bm25, deepct, deepimpact) without stored postings is checked against its manifest "
-                       "checksum, its postings are exported for in-process search, and the manifest is replaced "
-                       "atomically with the new checksums. Nothing is rebuilt; an up-to-date index is left as it is.")
+                       "component (bm25, deepct, deepimpact) without stored postings, and a bm25 component without "
+                       "its document store, is checked against its manifest checksum; the postings (in-process "
+                       "search) and the documents (titles and texts without Java) are exported beside its Lucene "
+                       "files, and the manifest is replaced atomically with the new checksums. Nothing is rebuilt; "
+                       "an up-to-date index is left as it is.")
     u.add_argument("index", help="index directory (built by `weir index build`)")
     u.set_defaults(func=cmd_upgrade)
 

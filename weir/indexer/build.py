@@ -48,7 +48,10 @@ def _with_postings(info: dict, out: Path) -> dict:
 def _build_bm25(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:
     from weir.indexer.lucene import build_bm25
 
-    return _with_postings(build_bm25(documents, out, threads=inputs.threads), out)
+    from weir.indexer.docstore import write_documents
+
+    info = _with_postings(build_bm25(documents, out, threads=inputs.threads), out)
+    return {**info, "document_store": write_documents(out)}
 
 
 def _build_dense(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:

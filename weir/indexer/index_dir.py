@@ -101,26 +101,34 @@ def verify(directory: str | os.PathLike, manifest: dict[str, Any] | None = None)
     return manifest
 
 
-def store_postings(directory: str | os.PathLike) -> list[str]:
-    """Give every Lucene component of an index built before weir stored postings its ``postings/`` arrays
-    (:mod:`weir.indexer.postings`), in place: each component is checked against its manifest checksum first, then exported,
-    re-checksummed, and the manifest replaced atomically. Returns the components upgraded (none when all have them)."""
+def upgrade(directory: str | os.PathLike) -> list[str]:
+    """Give an index built by an earlier weir what it lacks, in place: every Lucene component its ``postings/``
+    arrays (:mod:`weir.indexer.postings`), the BM25 component its document store (:mod:`weir.indexer.docstore`).
+    Each component is checked against its manifest checksum first, then exported, re-checksummed, and the manifest
+    replaced atomically. Returns what was stored, as "component: what" (nothing when the index is up to date)."""
+    from weir.indexer.docstore import write_documents
     from weir.indexer.postings import write_postings
 
     directory = Path(directory)
     manifest = read_manifest(directory)
     upgraded = []
     for name, component in manifest["components"].items():
-        if not str(component.get("type", "")).startswith("lucene-") or "postings_arrays" in component:
+        if not str(component.get("type", "")).startswith("lucene-"):
+            continue
+        missing = [("postings_arrays", "postings", write_postings)] if "postings_arrays" not in component else []
+        if name == "bm25" and "document_store" not in component:
+            missing.append(("document_store", "document store", write_documents))
+        if not missing:
             continue
         path = directory / component["path"]
         digest, _, _ = tree_checksum(path)
         if digest != component["sha256"]:
             raise InputError(f"{directory}: component {name!r} does not match its manifest checksum (modified or "
                              "corrupt); rebuild the index")
-        component["postings_arrays"] = write_postings(path)
+        for field, what, write in missing:
+            component[field] = write(path)
+            upgraded.append(f"{name}: {what}")
         component["sha256"], component["files"], component["bytes"] = tree_checksum(path)
-        upgraded.append(name)
     if upgraded:
         tmp = directory / f"{MANIFEST}.tmp-{os.getpid()}"
         write_manifest(directory, manifest, name=tmp.name)
@@ -180,17 +188,31 @@ class Index:
         with jvm.lock:
             return LuceneSearcher(str(self.component_path("bm25")))
 
-    @jvm.serialized
+    @cached_property
+    def docstore(self):
+        """The stored documents of the BM25 component as arrays (:mod:`weir.indexer.docstore`), None for an index
+        built before weir stored them (its documents are then read from Lucene)."""
+        from weir.indexer.docstore import DocumentStore
+        from weir.indexer.lucene import read_docid_table
+
+        path = self.component_path("bm25")
+        if not DocumentStore.exists(path):
+            return None
+        return DocumentStore(path, read_docid_table(path))
+
     def documents(self, doc_ids: list[str], threads: int = 4) -> dict[str, Document]:
-        """Title and text of the given documents, from the raw documents stored in the BM25 index."""
+        """Title and text of the given documents (those the index holds), from the document store of the BM25
+        component, or from the raw documents Lucene stores in an index built without one."""
+        if self.docstore is not None:
+            return self.docstore.get(doc_ids)
+        return self._lucene_documents(doc_ids, threads)
+
+    @jvm.serialized
+    def _lucene_documents(self, doc_ids: list[str], threads: int) -> dict[str, Document]:
+        from weir.indexer.docstore import title_and_text
+
         found = self.lucene.batch_doc(list(dict.fromkeys(doc_ids)), threads)
-        out = {}
-        for doc_id, doc in found.items():
-            raw = json.loads(doc.raw())
-            title, contents = raw.get("title", ""), raw.get("contents", "")
-            text = contents[len(title) + 1:] if title and contents.startswith(title) else contents
-            out[doc_id] = Document(doc_id, title, text)
-        return out
+        return {doc_id: Document(doc_id, *title_and_text(doc.raw())) for doc_id, doc in found.items()}
 
     @property
     def num_docs(self) -> int:
