@@ -128,26 +128,77 @@ def test_backends_are_validated_and_inexact_vectors_never_mixed():
 
 
 def test_dense_queries_follow_the_backend_the_passages_were_encoded_with(tmp_path, onnx_forward, monkeypatch):
-    """A dense component records its backend; queries use the same family, and an inexact one is refused."""
+    """A dense component records its backend; queries use the passages' own (an fp32 index stays searchable in fp32
+    whatever the default), and a backend whose vectors differ is refused, never mixed."""
     from weir.indexer.build import build_index
     from weir.indexer.dense import DenseIndex
     from weir.indexer.index_dir import Index
 
+    monkeypatch.delenv("WEIR_BACKEND", raising=False)
     corpus = tmp_path / "coll"
     corpus.mkdir()
     (corpus / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n"
                                                  for i, t in enumerate(TEXTS)), encoding="utf-8")
     build_index(corpus, tmp_path / "index", components=("dense",))
     index = Index(tmp_path / "index")
-    assert index.manifest["components"]["dense"]["encoder"]["backend"] == "onnx"
+    assert index.manifest["components"]["dense"]["encoder"]["backend"] == "onnx-int8"  # the CPU default
     dense = DenseIndex(index.component_path("dense"), index.manifest["components"]["dense"])
     encoder = dense.query_encoder()
-    assert encoder.backend == "onnx"
+    assert encoder.backend == "onnx-int8"
     best = dense.faiss.search(encoder.encode_queries(["the resident immune cells of the brain"]), 1)[1][0][0]
     assert dense.docids[best] == "d2"
+    for built in ("onnx", "torch", None):  # fp32 indexes (None: from before backends were recorded)
+        dense.encoder_settings["backend"] = built
+        assert dense.query_encoder().backend == "onnx"
+    with pytest.raises(InputError, match="encoded with the onnx backend and cannot be searched with onnx-int8"):
+        dense.encoder_settings["backend"] = "onnx"
+        dense.query_encoder(backend="onnx-int8")
     dense.encoder_settings["backend"] = "onnx-int8"
     with pytest.raises(InputError, match="encoded with the onnx-int8 backend and cannot be searched with onnx"):
         dense.query_encoder(backend="onnx")
     monkeypatch.setenv("WEIR_BACKEND", "torch")  # what --backend torch sets
     with pytest.raises(InputError, match="encoded with the onnx-int8 backend and cannot be searched with torch"):
         dense.query_encoder()
+
+
+def test_int8_gives_an_input_the_same_output_alone_and_inside_a_padded_batch(backbone):
+    """Dynamic int8 takes one activation scale per tensor: run as one batch, a row's output moves with its
+    neighbours (the check that this test can fail); run one input at a time, as the backend does, it does not."""
+    from weir.core.inference import OnnxForward, open_forward
+
+    tokenizer, model = backbone
+    int8 = open_forward(model, tokenizer, "onnx-int8", "cpu")
+    assert int8.per_input
+    batch = _batch(tokenizer, TEXTS)
+    hidden = int8(batch)["last_hidden_state"]
+    whole = OnnxForward(int8.path, int8.record, per_input=False)(batch)["last_hidden_state"]
+    mask = batch["attention_mask"].astype(bool)
+    assert not hidden[~mask].any()  # nothing at padded positions
+    moved = 0.0
+    for i, n in enumerate(mask.sum(1)):
+        alone = int8({k: v[i:i + 1, :n] for k, v in batch.items()})["last_hidden_state"][0]
+        assert np.abs(alone - hidden[i, :n]).max() <= 1e-5
+        moved = max(moved, float(np.abs(alone - whole[i, :n]).max()))
+    assert moved > 1e-3
+
+
+def test_with_the_int8_default_a_vector_and_a_score_do_not_depend_on_their_batch(monkeypatch):
+    """The default encoder's passage vector, and the shipped attention reranker's query-passage score, alone and
+    among others in a padded batch."""
+    from weir.core.runtime import shipped_model
+    from weir.indexer.encoder import Encoder
+    from weir.ranker.rerankers.attention import AttentionModel
+
+    monkeypatch.delenv("WEIR_BACKEND", raising=False)
+    encoder = Encoder()
+    assert encoder.backend == "onnx-int8"
+    together = encoder.encode_passages(TEXTS)
+    for i, text in enumerate(TEXTS):
+        assert np.abs(encoder.encode_passages([text])[0] - together[i]).max() <= 1e-5
+    query = "the resident immune cells of the brain"
+    model = AttentionModel(shipped_model("attention"))
+    assert model.backend == "onnx-int8"
+    together = model.masses([query] * len(TEXTS), TEXTS, batch_size=8)
+    for i, text in enumerate(TEXTS):  # a model of its own each: no passage states cached from the batch
+        alone = AttentionModel(shipped_model("attention")).masses([query], [text], batch_size=8)[0]
+        assert np.abs(alone - together[i]).max() <= 1e-5

@@ -12,13 +12,14 @@ from weir.core.types import InputError
 def encoder():
     from weir.indexer.encoder import shared_encoder
 
-    return shared_encoder()
+    return shared_encoder(backend="onnx")  # fp32: equal to sentence-transformers
 
 
 def test_encoder_matches_sentence_transformers(encoder):
     from sentence_transformers import SentenceTransformer
 
     from weir.core.runtime import default_model_path
+    from weir.indexer.encoder import shared_encoder
 
     texts = ["a short one", "Microglia are the resident immune cells of the brain. " * 40, "", "naïve café"]
     ours = encoder.encode_passages(texts, batch_size=2)  # sorted by length across batches, returned in input order
@@ -26,6 +27,8 @@ def test_encoder_matches_sentence_transformers(encoder):
     assert ours.shape == (4, 384) and ours.dtype == np.float32
     assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
     assert np.abs(ours - reference).max() < 1e-5
+    int8 = shared_encoder(backend="onnx-int8").encode_passages(texts, batch_size=2)  # the CPU default: close
+    assert ((int8 * reference).sum(1) / np.linalg.norm(reference, axis=1) > 0.98).all()
 
 
 def test_query_cache(encoder):

@@ -16,7 +16,7 @@ def test_cached_top_layers_equal_full_forward(model_dir):
     from weir.training.attention_joint import Trainable
     from weir.training.frozen_cache import FrozenCache
 
-    model = AttentionModel(model_dir, device="cpu")
+    model = AttentionModel(model_dir, device="cpu", backend="onnx")  # fp32: equal to the hand computation
     qs, ps = ["coffee health", "a longer query about coffee"], ["Drinking coffee may lower risk.", "Tea, and more words."]
     full = [m.mean(-1) for m in model.masses(qs, ps, batch_size=4)]
     config = AttnTrainConfig(kind="attention", interaction="joint", index="", topics="", qrels="", candidates="",

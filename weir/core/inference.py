@@ -7,12 +7,18 @@ Backends (``BACKENDS``):
 
 - ``torch``: the model as Hugging Face loads it, fp32 on the CPU, fp16 on a GPU. The reference every export is
   checked against, and what a GPU runs.
-- ``onnx``: ONNX Runtime, fp32, on a graph exported here. The CPU default: on this project's 2-core machines it ran
-  the MiniLM forward 2-3x faster than fp32 torch with hidden states equal to within 1e-5 (``bench/encode.py``).
+- ``onnx``: ONNX Runtime, fp32, on a graph exported here; equal to fp32 torch within 1e-5.
 - ``onnx-int8``: the same graph with its weight matrices quantized to int8 per output channel and activations
-  quantized dynamically (ONNX Runtime's ``quantize_dynamic``). Pays on CPUs with VNNI; on an AVX2-only CPU it was no
-  faster than ``onnx``, and its embeddings are close (cosine >= 0.98), not equal, so an index built with it is searched
-  with it only (:func:`check_compatible`).
+  quantized dynamically (ONNX Runtime's ``quantize_dynamic``). The CPU default: on this project's 2-core AVX512-VNNI
+  machines it ran the MiniLM forward about 2x faster than ``onnx`` (``bench/encode.py``); embeddings are close to fp32
+  (cosine about 0.99), not equal, so an index built with it is searched with it only (:func:`check_compatible`).
+  Dynamic quantization takes one activation scale per tensor, i.e. per batch, padding included, so a row's output
+  would move with its neighbours: this backend runs **one input per forward, cut to its real length**
+  (:attr:`OnnxForward.per_input`), so that what it computes for an input never depends on what it was batched with.
+  That is also its fastest way here (SciFact passages, 2 cores: 21 ms a passage alone, 25 ms in padded batches of
+  32). Not chosen: static QDQ int8 calibrated on SciFact passages (cosine 0.90-0.92 to fp32, no faster than fp32),
+  per-token dynamic scales written into the graph (cosine 0.996 but 35 ms: its ops are not fused), 8-bit
+  ``MatMulNBits`` (cosine 0.999, 39-47 ms).
 
 Why the export is written here rather than taken from optimum or ``transformers.onnx``: the known ways a BERT export
 goes wrong are each closed by construction (``../shared/notes``, B3): inputs are passed by name to a wrapper whose
@@ -49,11 +55,11 @@ from weir.core.types import InputError
 BACKENDS = ("torch", "onnx", "onnx-int8")
 OPSET = 17
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+SEQUENCE_AXES = {"last_hidden_state": (1,), "attentions": (2, 3)}  # (B, L, dim), (B, K, L, L)
 # what each backend must meet against fp32 torch on the check batch
 TOLERANCE = {"onnx": {"max_abs_diff": 1e-3, "min_cosine": 0.9999},
              "onnx-int8": {"max_abs_diff": None, "min_cosine": 0.98}}
-# the exact family: backends whose outputs equal fp32 torch within 1e-3, so indexes built with one are searched
-# with another; any other backend only with itself
+# the exact family (equal to fp32 torch within 1e-3): an index built with one is searched with another
 EXACT = ("torch", "onnx")
 CHECK_TEXT = (
     "Passage retrieval ranks the passages of a collection by how well they answer a query. A first stage scores every "
@@ -74,9 +80,15 @@ class ExportError(InputError):
 
 
 def default_backend(device: str) -> str:
-    """``$WEIR_BACKEND`` when set, else ``onnx`` on the CPU and ``torch`` on a GPU."""
-    chosen = os.environ.get("WEIR_BACKEND") or ("onnx" if device == "cpu" else "torch")
+    """``$WEIR_BACKEND`` when set, else ``onnx-int8`` on the CPU and ``torch`` on a GPU."""
+    chosen = os.environ.get("WEIR_BACKEND") or ("onnx-int8" if device == "cpu" else "torch")
     return check_backend(chosen, device)
+
+
+def exact_backend(device: str) -> str:
+    """The fastest backend of the exact family on ``device`` (``onnx`` on the CPU, ``torch`` on a GPU): what training
+    runs on, whatever the default, so that a model trained again from its recipe is the model shipped."""
+    return "onnx" if device == "cpu" else "torch"
 
 
 def check_backend(backend: str | None, device: str) -> str:
@@ -155,9 +167,11 @@ class TorchForward(Forward):
 
 class OnnxForward(Forward):
     """An ONNX Runtime session over a checked export (CPU; intra-op threads = usable cores, no spinning, so that
-    other work on the same cores is not starved between calls)."""
+    other work on the same cores is not starved between calls). ``per_input`` (the default for ``onnx-int8``): each
+    row of a right-padded batch runs alone, cut to its real length, and its outputs are put back in place (zeros at
+    padded positions)."""
 
-    def __init__(self, path: Path, record: dict, threads: int | None = None):
+    def __init__(self, path: Path, record: dict, threads: int | None = None, per_input: bool | None = None):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -172,10 +186,32 @@ class OnnxForward(Forward):
         self.outputs = [o.name for o in self.session.get_outputs()]
         # the graph's own inputs: the exporter drops one the model never reads (no mask when no layer is kept)
         self.inputs = [i.name for i in self.session.get_inputs()]
+        self.per_input = self.backend == "onnx-int8" if per_input is None else per_input
 
-    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         values = self.session.run(None, {k: np.ascontiguousarray(inputs[k], dtype=np.int64) for k in self.inputs})
         return dict(zip(self.outputs, values))
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        mask = np.asarray(inputs["attention_mask"])
+        if not self.per_input or (len(mask) == 1 and mask.all()):
+            return self._run(inputs)
+        batch, width = mask.shape
+        lengths = mask.sum(1)
+        if not (mask == (np.arange(width) < lengths[:, None])).all():
+            raise ValueError("a batch run one input at a time must be right-padded (its mask a run of ones, then "
+                             "zeros)")
+        out: dict[str, np.ndarray] = {}
+        for i, n in enumerate(lengths.tolist()):
+            row = self._run({k: inputs[k][i:i + 1, :n] for k in INPUTS})
+            for name, value in row.items():
+                if name not in out:
+                    shape = [batch, *value.shape[1:]]
+                    for axis in SEQUENCE_AXES[name]:
+                        shape[axis] = width
+                    out[name] = np.zeros(shape, dtype=value.dtype)
+                out[name][(slice(i, i + 1), *(slice(0, d) for d in value.shape[1:]))] = value
+        return out
 
     def describe(self) -> dict:
         return {"backend": self.backend, "export": str(self.path), "export_sha256": self.record["sha256"],
@@ -361,4 +397,4 @@ def _quiet():
 
 
 __all__: list[Any] = ["BACKENDS", "EXACT", "ExportError", "Forward", "OnnxForward", "TorchForward", "check_backend",
-                      "check_compatible", "default_backend", "export", "feed", "fingerprint", "open_forward", "verify"]
+                      "check_compatible", "default_backend", "exact_backend", "export", "feed", "fingerprint", "open_forward", "verify"]

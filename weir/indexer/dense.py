@@ -51,7 +51,7 @@ class DenseConfig:
     index: str = "flat"
     model: str | None = None          # Hugging Face name or local path; None: all-MiniLM-L6-v2 (offline copy)
     device: str | None = None         # None: cuda when available, else cpu
-    backend: str | None = None        # inference backend (weir.core.inference); None: onnx on the CPU, torch on a GPU
+    backend: str | None = None        # inference backend (weir.core.inference); None: onnx-int8 on the CPU, torch on a GPU
     batch_size: int = 64
     chunk_size: int = 1024            # documents encoded (and held) at a time
     max_length: int | None = None     # passage word pieces; None: the encoder's default (256)
@@ -240,17 +240,18 @@ class DenseIndex:
     def query_encoder(self, model: str | None = None, device: str | None = None, backend: str | None = None):
         """The (shared) encoder of queries into this index's space: the model it was built with, or ``model`` (which
         must give the same space, e.g. the same model at another path), with its pooling, normalization and query
-        length, on ``backend`` (default: ``$WEIR_BACKEND``, else the device's default where the passages were
-        encoded with an exact backend, else the passages' own; a backend whose vectors differ from the passages' is
-        refused)."""
-        from weir.core.inference import EXACT, check_compatible, default_backend
+        length, on ``backend`` (default: ``$WEIR_BACKEND``, else the passages' own backend, or the fastest exact one
+        on ``device`` where the passages were encoded with an exact backend; a backend whose vectors differ from the
+        passages' is refused, never mixed). So an index built in fp32 stays searchable as it was built, whatever the
+        default."""
+        from weir.core.inference import EXACT, check_compatible, exact_backend
         from weir.core.runtime import select_device
         from weir.indexer.encoder import QUERY_MAX_LENGTH, shared_encoder
 
         settings = self.encoder_settings
         built = settings.get("backend") or "torch"  # indexes from before backends were recorded: fp32 torch
         device = select_device(device)
-        backend = backend or os.environ.get("WEIR_BACKEND") or (default_backend(device) if built in EXACT else built)
+        backend = backend or os.environ.get("WEIR_BACKEND") or (exact_backend(device) if built in EXACT else built)
         check_compatible(built, backend, f"the dense component at {self.path}")
         encoder = shared_encoder(model or settings.get("model"), device=device, backend=backend,
                                  query_max_length=settings.get("query_max_length", QUERY_MAX_LENGTH),

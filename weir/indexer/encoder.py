@@ -5,7 +5,8 @@ index time, and the queries of dense retrieval and of the rerankers' dense featu
 path), pools the last hidden states (mean over real tokens by default, as all-MiniLM-L6-v2's model card prescribes;
 a sentence-transformers directory's ``1_Pooling/config.json`` picks the mode) and L2-normalizes, so inner product
 is cosine similarity. Texts are encoded in batches sorted by length (less padding) on an inference backend
-(:mod:`weir.core.inference`: ONNX Runtime fp32 on the CPU by default, torch fp16 on a GPU; ``backend=`` chooses).
+(:mod:`weir.core.inference`: ONNX Runtime int8 on the CPU by default, one input per forward, so that
+an embedding never depends on its batch; torch fp16 on a GPU; ``backend=`` chooses).
 Query embeddings are cached per process (LRU), since the same query text is often encoded again (a service, a tuning
 sweep).
 """

@@ -33,7 +33,7 @@ def _by_hand(model, query: str, passage: str) -> np.ndarray:
 def test_attention_score_equals_hand_computation(model_dir):
     from weir.ranker.rerankers.attention import AttentionModel, combine
 
-    model = AttentionModel(model_dir, device="cpu")
+    model = AttentionModel(model_dir, device="cpu", backend="onnx")  # fp32: equal to the hand computation
     q, p = "coffee health", "Drinking coffee may lower the risk of some diseases."
     masses = model.masses([q], [p], batch_size=4)
     na = model.masses(["N/A"], [p], batch_size=4)
@@ -121,7 +121,7 @@ def _late_by_hand(model, query: str, passage: str):
 def test_late_attention_score_equals_hand_computation(late_dir):
     from weir.ranker.rerankers.attention import AttentionModel, combine
 
-    model = AttentionModel(late_dir, device="cpu")
+    model = AttentionModel(late_dir, device="cpu", backend="onnx")  # fp32: equal to the hand computation
     q, p = "coffee health", "Drinking coffee may lower the risk of some diseases."
     masses = model.masses([q], [p], batch_size=4)
     na = model.masses(["N/A"], [p], batch_size=4)
@@ -161,7 +161,7 @@ def test_segments_in_one_input_equal_separate_encodings(late_dir):
 
     from weir.ranker.rerankers.attention import AttentionModel
 
-    model = AttentionModel(late_dir, device="cpu")
+    model = AttentionModel(late_dir, device="cpu", backend="onnx")  # fp32: equal to the hand computation
     tok = model.tokenizer
     qi = tok("coffee health")["input_ids"]
     pi = tok("Drinking coffee may lower the risk of some diseases.")["input_ids"]

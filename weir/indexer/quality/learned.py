@@ -49,16 +49,21 @@ def _truncate(model, layers: int):
 class PassageReader:
     """The truncated backbone: mean-pooled states of the first ``layers`` layers over a passage's first
     ``max_length`` word pieces, float32 (n, dim) (the dense encoder's batching, :class:`weir.indexer.encoder.Encoder`,
-    over a shorter model and input)."""
+    over a shorter model and input). It runs on the exact (fp32) backend, whatever the inference default: its heads
+    were trained on fp32 states and a pruning's cut falls where their scores put it; int8's effect on which passages
+    a pruning leaves out is not measured, and this reader (a few layers, short input) is a small part of a build."""
 
     CHUNK = 1024  # passages a progress step, and the span within which batches are sorted by length
 
     def __init__(self, model: str | None = None, *, layers: int = LAYERS, max_length: int = MAX_LENGTH,
                  device: str | None = None, batch_size: int = 64):
+        from weir.core.inference import exact_backend
+        from weir.core.runtime import select_device
         from weir.indexer.encoder import Encoder
 
         self.encoder = Encoder(model, device=device, batch_size=batch_size, passage_max_length=max_length,
-                               pooling="mean", normalize=False, prepare=lambda m: _truncate(m, layers))
+                               pooling="mean", normalize=False, prepare=lambda m: _truncate(m, layers),
+                               backend=exact_backend(select_device(device)))
         self.layers, self.max_length, self.dim = layers, max_length, self.encoder.dim
 
     def describe(self) -> dict:

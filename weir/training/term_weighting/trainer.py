@@ -15,7 +15,9 @@ from weir.training.term_weighting.config import DRAWS, VALIDATE_BY, TrainConfig
 from weir.training.term_weighting.data import WeightingData
 from weir.training.term_weighting.loop import Training, fusion_weight, train_deepct_recall, train_ranking
 from weir.training.term_weighting.members import join_members, member_card
+from weir.core.inference import exact_backend
 from weir.core.provenance import model_card, sha256_file
+from weir.core.runtime import select_device
 from weir.core.types import InputError
 
 
@@ -53,7 +55,10 @@ def train(config: TrainConfig, log=print) -> dict:
     np.random.seed(config.seed)
     torch.manual_seed(config.seed)
     start = time.perf_counter()
-    backbone = Backbone(config.base_model, device=config.device, max_length=config.max_length)
+    # fp32 whatever the inference default: the shipped heads were trained on fp32 term vectors, and a model trained
+    # again from its recipe must be the model shipped
+    backbone = Backbone(config.base_model, device=config.device, max_length=config.max_length,
+                        backend=exact_backend(select_device(config.device)))
     sources = [WeightingData(judged, coll, weight, config, backbone, log,
                       config.bm25_index if len(specs) == 1 else None) for judged, coll, weight in specs]
     read = time.perf_counter()
