@@ -44,3 +44,31 @@ def test_bad_model_is_input_error():
 
     with pytest.raises(InputError, match="cannot load encoder"):
         Encoder("/nonexistent/model/dir")
+
+
+def test_an_experiment_times_each_row_cold(encoder):
+    """What `weir experiment` does before it times a pipeline: every shared encoder's query embeddings and every
+    stage's caches forgotten (a hybrid row after a dense one pays for its own query embeddings)."""
+    from weir.indexer.encoder import clear_query_caches
+    from weir.ranker.stage import Pipeline, Stage
+
+    encoder.encode_queries(["vitamin d"])
+    assert encoder._cache
+    clear_query_caches()
+    assert not encoder._cache
+
+    class Caching(Stage):
+        name = "caching"
+
+        def __init__(self):
+            self.cache = {"q": 1}
+
+        def __call__(self, queries, run=None, *, k=1000):
+            return run
+
+        def clear_caches(self):
+            self.cache.clear()
+
+    first, second = Caching(), Caching()
+    (first >> second).clear_caches()
+    assert not first.cache and not second.cache

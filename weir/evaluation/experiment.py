@@ -1,7 +1,8 @@
 """TREC-style experiments (as PyTerrier's ``pt.Experiment``): many systems over one set of topics, in one call.
 
 A system is a pipeline run over an index (``bm25``, ``bm25>>ltr``, ``bm25[k1=1.2,b=0.75]`` ...), or an existing
-TREC run file. Each pipeline runs once over all the topics (one batch, timed per stage), its run is saved, every
+TREC run file. Each pipeline runs once over all the topics (one batch, timed per stage, cold: the query embeddings
+of earlier rows and of its warm-up are forgotten first, so a hybrid row pays for its own), its run is saved, every
 run is evaluated with ir-measures and tested against a baseline (:mod:`weir.evaluation.significance`), and the
 results are written as Markdown, JSON (with everything needed to reproduce them) and CSV, plus plots
 (:mod:`weir.evaluation.report`).
@@ -269,6 +270,7 @@ def run_experiment(config: Config, out_dir: str | os.PathLike, *, command: list[
 def _pipeline_systems(config: Config, topics, record: dict, out: Path, scored, log) -> list[dict[str, Any]]:
     """Run every pipeline over every index (one timed batch over all topics, after a warm-up); save and score each
     run."""
+    from weir.indexer.encoder import clear_query_caches
     from weir.indexer.index_dir import Index
     from weir.ranker import registry
     from weir.ranker.options import PipelineOptions
@@ -285,6 +287,9 @@ def _pipeline_systems(config: Config, topics, record: dict, out: Path, scored, l
             pipeline = registry.build(spec.pipeline, index, PipelineOptions.from_mapping(options))
             if config.warmup:
                 pipeline.search(topics[:config.warmup], config.k, remove_identical=config.remove_identical)
+            # timed cold: no query embedding of an earlier row or of the warm-up, no passage state cached
+            clear_query_caches()
+            pipeline.clear_caches()
             log(f"running {label} over {len(topics)} topics ...")
             start = time.perf_counter()
             run = pipeline.search(topics, config.k, remove_identical=config.remove_identical)

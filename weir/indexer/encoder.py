@@ -105,15 +105,20 @@ class Encoder:
                 inputs = feed(self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
                                              max_length=max_length, return_tensors="np"))
                 hidden = self.forward(inputs)["last_hidden_state"]  # float32: pooled in fp32 (fp16 sums lose digits)
-                if self.pooling == "cls":
-                    emb = hidden[:, 0]
-                else:
-                    mask = inputs["attention_mask"][..., None].astype(np.float32)
-                    emb = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
-                if self.normalize:  # as torch.nn.functional.normalize: x / max(|x|, 1e-12)
-                    emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-                out[idx] = emb
+                out[idx] = self.pool(hidden, inputs["attention_mask"])
         return out
+
+    def pool(self, hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """Sentence vectors (B, dim) from a forward pass's last hidden states (B, L, dim): this encoder's pooling, then
+        its normalization."""
+        if self.pooling == "cls":
+            emb = hidden[:, 0]
+        else:
+            mask = attention_mask[..., None].astype(np.float32)
+            emb = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
+        if self.normalize:  # as torch.nn.functional.normalize: x / max(|x|, 1e-12)
+            emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+        return emb
 
     def clear_cache(self) -> None:
         """Forget the query embeddings cached so far (benchmarks measure a cold query path this way)."""
@@ -159,3 +164,12 @@ def shared_encoder(model: str | None = None, **options) -> Encoder:
         if key not in _SHARED:
             _SHARED[key] = Encoder(model, **options)
         return _SHARED[key]
+
+
+def clear_query_caches() -> None:
+    """Forget the query embeddings of every shared encoder of this process: what an experiment does before it times a
+    pipeline, so that no row is timed with query embeddings an earlier row computed."""
+    with _SHARED_LOCK:
+        encoders = list(_SHARED.values())
+    for encoder in encoders:
+        encoder.clear_cache()

@@ -37,6 +37,10 @@ class Stage(ABC):
             out["model_card"] = card
         return out
 
+    def clear_caches(self) -> None:
+        """Forget what earlier calls cached (a stage that caches overrides this), so that the next call costs what a
+        cold one does: experiments time each pipeline this way."""
+
 
 class Retriever(Stage):
     """A first stage: queries in, the top ``k`` documents of the index per query out."""
@@ -79,6 +83,10 @@ class Pipeline(Stage):
 
     def describe(self) -> dict:
         return {"name": self.name, "stages": [s.describe() for s in self.stages]}
+
+    def clear_caches(self) -> None:
+        for stage in self.stages:
+            stage.clear_caches()
 
     def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000,
                  depth: int | None = None, keep: Callable[[Sequence[Query]], Sequence[Query]] | None = None) -> Run:
