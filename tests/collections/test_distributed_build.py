@@ -191,8 +191,12 @@ def test_quality_scoring_on_the_workers_prunes_as_one_process(tmp_path):
         assert (ran["blocks"], ran["block_size"]) == (2, 1024)
         assert ran["blocks_computed" if cache == "first" else "blocks_reused"] == 2
         if cache == "first":
-            assert len(ran["workers_seen"]) == 2 and ran["steps"]["quality"]["documents"] == 1398
-        assert np.array_equal(np.load(single / "quality" / "scores.npy"), np.load(out / "quality" / "scores.npy"))
+            # a block of this reader takes a fraction of a second: one worker may take both before the other starts
+            assert 1 <= len(ran["workers_seen"]) <= 2 and ran["steps"]["quality"]["documents"] == 1398
+        # the same scores but for the last bits (workers of one thread, the single process two: 3 of 1,398 scores
+        # 2.4e-7 apart on this machine), and the same documents pruned
+        assert np.allclose(np.load(single / "quality" / "scores.npy"), np.load(out / "quality" / "scores.npy"),
+                           rtol=0, atol=1e-6)
         assert (single / "quality" / "pruned.txt").read_text() == (out / "quality" / "pruned.txt").read_text()
     a, b = Index(single), Index(out)
     assert a.manifest["counts"] == b.manifest["counts"] and b.manifest["counts"]["pruned"] == 350
