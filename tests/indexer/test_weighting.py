@@ -272,3 +272,41 @@ def test_members_shrunk_towards_the_prior_by_their_disagreement(tmp_path):
     assert record["mean_noise_variance"] == pytest.approx(0.01, rel=0.03)
     with pytest.raises(InputError, match="2 members"):
         make_head("deepimpact", backbone.dim, "bm25", members=1, shrink=0.01)
+
+
+def test_one_backbone_pass_gives_the_dense_vectors_of_a_separate_pass(tmp_path, monkeypatch):
+    """A build with deepct and dense on the same backbone runs it once per passage: a passage within one window whose
+    words are its whole input (no punctuation) gets exactly the vector a separate pass gives; the others are counted,
+    and a passage without terms is encoded on its own. A build asked for a pass of its own is the separate pass."""
+    from weir.indexer.build import build_index
+    from weir.indexer.dense import DenseIndex
+    from weir.indexer.encoder import Encoder
+    from weir.indexer.index_dir import Index
+
+    monkeypatch.delenv("WEIR_BACKEND", raising=False)
+    monkeypatch.setenv("WEIR_CACHE", str(tmp_path / "cache"))  # no term vectors cached: the pass runs
+    docs = [{"id": "plain", "title": "Vitamin D", "text": "Vitamin D deficiency and bone density in elderly women"},
+            {"id": "punct", "title": "", "text": "p53-dependent apoptosis after DNA damage (3.5 mg/kg)."},
+            {"id": "long", "title": "", "text": "misfolded proteins aggregate in neurons " * 60},
+            {"id": "none", "title": "", "text": "... !!! ---"}]
+    (tmp_path / "coll").mkdir()
+    (tmp_path / "coll" / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    vectors = {}
+    for name, shared in (("shared", True), ("separate", False)):
+        build_index(tmp_path / "coll", tmp_path / name, components=("deepct", "dense"), dense={"shared_pass": shared})
+        index = Index(tmp_path / name)
+        entry = index.manifest["components"]["dense"]
+        dense = DenseIndex(index.component_path("dense"), entry)
+        vectors[name] = {d: np.asarray(dense.vectors[dense.row_of[d]], dtype=np.float32) for d in dense.docids}
+        if shared:
+            assert entry["shared_pass"]["passages"] == 3  # "none" has no terms, so no window
+            assert entry["shared_pass"]["input_differs_from_a_separate_pass"] == 2  # punctuation; cut at 256 pieces
+            assert entry["shared_pass"]["encoded_separately"] == 1
+        else:
+            assert "shared_pass" not in entry
+    encoder = Encoder()
+    alone = encoder.encode_passages(["Vitamin D Vitamin D deficiency and bone density in elderly women"])[0]
+    assert np.abs(vectors["shared"]["plain"] - alone.astype(np.float16)).max() <= 1e-3  # stored as float16
+    assert np.array_equal(vectors["shared"]["plain"], vectors["separate"]["plain"])
+    assert np.array_equal(vectors["shared"]["none"], vectors["separate"]["none"])
+    assert not np.array_equal(vectors["shared"]["punct"], vectors["separate"]["punct"])

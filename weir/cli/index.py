@@ -20,7 +20,8 @@ def cmd_build(args) -> int:
                             batch_size=args.batch_size, chunk_size=args.dense_chunk_size, hnsw_m=args.hnsw_m,
                             ef_construction=args.ef_construction, ef_search=args.ef_search, nlist=args.nlist,
                             pq_m=args.pq_m, nbits=args.nbits, on_disk=args.dense_on_disk,
-                            nprobe=args.nprobe, vectors_from=args.dense_vectors_from)
+                            nprobe=args.nprobe, vectors_from=args.dense_vectors_from,
+                            shared_pass=not args.dense_own_pass)
         dense.check()
     learned = {"deepct_model": args.deepct_model, "deepimpact_model": args.deepimpact_model, "device": args.device,
                "backend": args.backend}
@@ -194,6 +195,11 @@ def _add_dense_options(b) -> None:
                    help="reuse the vectors of INDEX (same corpus file, a flat dense component of the same encoder) "
                    "for the documents it has, encoding only the others: a rebuild with other pruning or another "
                    "faiss index type without encoding again")
+    d.add_argument("--dense-own-pass", action="store_true",
+                   help="encode the passages in a pass of their own even when deepct or deepimpact run the same "
+                   "backbone (by default such a build runs it once per passage: each passage's dense vector is its "
+                   "first term-weighting window, whole words without punctuation, pooled; the manifest counts the "
+                   "passages whose input differs from their own pass)")
 
 
 def _add_ray_options(b) -> None:

@@ -58,7 +58,7 @@ def _build_dense(documents: Iterator[Document], out: Path, inputs: BuildInputs) 
     from weir.indexer.dense_build import build_dense
 
     return build_dense(documents, out, inputs.dense, corpus_sha256=inputs.corpus_sha256,
-                       computed=inputs.dense_vectors)
+                       computed=inputs.dense_vectors, shared=inputs.shared_dense)
 
 
 def _build_deepct(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:
@@ -262,7 +262,8 @@ def _build_components(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None
     one count per component."""
     stats = None
     in_shard: list[int] = []
-    for name in dict.fromkeys(inputs.components):
+    # the dense component last: its vectors may come from the term-weighting pass (BuildInputs.shared_dense)
+    for name in sorted(dict.fromkeys(inputs.components), key=lambda n: n == "dense"):
         timer = Timer()
         info = BUILDERS[name](_documents(corpus, name, shard, keep, in_shard), tmp / name, inputs)
         info["build_seconds"] = timer.seconds

@@ -70,6 +70,9 @@ class DenseConfig:
     # vectors are reused for the documents it has (exactly: a flat index holds the float32 vectors) and only the others
     # are encoded. What a sweep over pruned fractions, or a rebuild with another faiss index type, needs.
     vectors_from: str | None = None
+    # with deepct / deepimpact on the same backbone, backend and input length: the dense vectors are pooled from the
+    # term-weighting pass's first window (one backbone pass per passage) instead of a pass of their own
+    shared_pass: bool = True
     extra: dict = field(default_factory=dict)
 
     def encoder_options(self, **overrides) -> dict:

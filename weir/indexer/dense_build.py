@@ -60,10 +60,11 @@ class ReusedVectors:
 
 
 def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | None = None, *,
-                corpus_sha256: str | None = None, computed=None) -> dict:
+                corpus_sha256: str | None = None, computed=None, shared=None) -> dict:
     """Encode ``documents`` (title + " " + text, as the BEIR figures) and write the dense component to ``out``;
     return its manifest entry (minus checksums). ``computed``: a function from a chunk of documents to their vectors,
-    already encoded elsewhere with this config's encoder (the block files of a distributed build)."""
+    already encoded elsewhere with this config's encoder (the block files of a distributed build); ``shared``: the
+    vectors of the term-weighting pass (:class:`weir.indexer.inputs.SharedDense`)."""
     from weir.indexer.encoder import shared_encoder
 
     config = config or DenseConfig()
@@ -71,6 +72,8 @@ def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | 
     out.mkdir(parents=True, exist_ok=True)
     encoder = shared_encoder(config.model, **config.encoder_options())
     reuse = ReusedVectors(config.vectors_from, encoder, corpus_sha256) if config.vectors_from else None
+    if computed is None and shared is not None:
+        computed = lambda chunk: shared.vectors(chunk, encoder.encode_passages)  # noqa: E731
     if computed is None:
         computed = (lambda chunk: encoder.encode_passages([d.contents for d in chunk])) if reuse is None else \
             (lambda chunk: reuse.vectors(chunk, encoder.encode_passages))
@@ -82,6 +85,8 @@ def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | 
     entry = {k: v for k, v in asdict(config).items() if k in ("batch_size", "chunk_size")}
     reused = {} if reuse is None else {
         "vectors_reused": {**reuse.source, "documents": reuse.reused, "encoded": n - reuse.reused}}
+    if shared is not None:
+        reused["shared_pass"] = shared.record
     return {"type": f"faiss-{config.index}", "documents": n, **reused,
             "encoder": {**encoder.describe(), "device": encoder.device, "fp16": encoder.fp16}, "index": config.index,
             "parameters": {**params, **entry, "contents": "title + ' ' + text (BEIR flat)",

@@ -48,6 +48,8 @@ class BuildInputs:
       documents to their vectors (None: the dense builder encodes).
     - ``learned_memo``: kind -> the learned weights this build computed so far: filled by the first learned component
       built (for every kind sharing its backbone) or by a distributed build's workers, read by the others.
+    - ``shared_dense``: the dense vectors of the term-weighting pass (:class:`SharedDense`), when the dense encoder is
+      the term-weighting backbone (None: the dense builder encodes).
     """
 
     components: tuple[str, ...]
@@ -58,6 +60,30 @@ class BuildInputs:
     collection_weights: CollectionWeights | None = None
     dense_vectors: Callable[[list[Document]], np.ndarray] | None = None
     learned_memo: dict[str, LearnedWeights] = field(default_factory=dict)
+    shared_dense: SharedDense | None = None
+
+
+class SharedDense:
+    """Dense vectors from the term-weighting pass: each passage's first window pooled by the dense encoder, so that a
+    build with both runs the backbone once per passage. ``vectors`` (float32 (n, dim), rows in ``docids`` order) for
+    the passages that had a window; ``record``: what the manifest says of it (how many passages came from the pass,
+    how many of those had a dense input other than a separate pass's, how many were encoded on their own)."""
+
+    def __init__(self, docids: Sequence[str], vectors: np.ndarray, record: dict):
+        self.row = {d: i for i, d in enumerate(docids)}
+        self.data, self.record = vectors, {**record, "encoded_separately": 0}
+
+    def vectors(self, chunk: Sequence[Document], encode) -> np.ndarray:
+        """The vectors of ``chunk``: from the pass where it had a window, ``encode``d (texts -> vectors) otherwise."""
+        rows = [self.row.get(d.id) for d in chunk]
+        out = np.empty((len(chunk), self.data.shape[1]), dtype=np.float32)
+        missing = [i for i, r in enumerate(rows) if r is None]
+        present = [i for i, r in enumerate(rows) if r is not None]
+        out[present] = self.data[[rows[i] for i in present]]
+        if missing:
+            out[missing] = encode([chunk[i].contents for i in missing])
+            self.record["encoded_separately"] += len(missing)
+        return out
 
 
 def largest_impact(weights: Iterable[tuple[list[str], np.ndarray]]) -> float:

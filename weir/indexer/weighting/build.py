@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from weir.indexer.inputs import BuildInputs, CollectionWeights, LearnedWeights, largest_impact
+from weir.indexer.inputs import BuildInputs, CollectionWeights, LearnedWeights, SharedDense, largest_impact
 from weir.indexer.lucene import index_pretokenized
 from weir.indexer.weighting.terms import counts_query_terms
 from weir.core.runtime import shipped_model
@@ -115,7 +115,7 @@ def _weights(kind: str, documents: Iterable[Document], inputs: BuildInputs) -> L
         return memo[kind]
     models = _models_sharing_a_backbone(kind, inputs)
     docs = list(documents)
-    results = _weigh(models, docs)
+    results = _weigh(models, docs, inputs)
     docids = [d.id for d in docs]
     for k, m in models.items():
         memo[k] = LearnedWeights(docids, results[k], describe_model(m))
@@ -143,9 +143,42 @@ def _models_sharing_a_backbone(kind: str, inputs: BuildInputs) -> dict:
     return models
 
 
-def _weigh(models: dict, docs: list[Document]) -> dict[str, list]:
+def shared_dense_encoder(inputs: BuildInputs, backbone):
+    """The dense component's encoder when its vectors can come from the term-weighting pass of ``backbone``: the same
+    model, backend, device and input length, and no other source of vectors asked for; else None."""
+    config = inputs.dense
+    if (config is None or not config.shared_pass or config.vectors_from or inputs.dense_vectors is not None
+            or inputs.collection_weights is not None):
+        return None
+    from weir.indexer.encoder import shared_encoder
+
+    encoder = shared_encoder(config.model, **config.encoder_options())
+    same = (encoder.model_path, encoder.backend, encoder.device, encoder.passage_max_length) == \
+        (backbone.path, backbone.backend, backbone.device, backbone.max_length)
+    return encoder if same else None
+
+
+def _shared_pass_vectors(encoder, docs: list[Document], pooled: list) -> SharedDense:
+    """The dense vectors of the pass, and how many passages' windows differ from the dense encoder's own input (the
+    words of a window are a text's runs of letters and digits: punctuation is not in it)."""
+    had = [i for i, (ids, _) in enumerate(pooled) if ids]
+    differ = 0
+    for start in range(0, len(had), 1024):
+        part = had[start:start + 1024]
+        own = encoder.tokenizer([docs[i].contents for i in part], truncation=True,
+                                max_length=encoder.passage_max_length)["input_ids"]
+        differ += sum(list(ids) != pooled[i][0] for ids, i in zip(own, part))
+    vectors = np.stack([pooled[i][1] for i in had]) if had else np.zeros((0, encoder.dim), dtype=np.float32)
+    return SharedDense([docs[i].id for i in had], vectors.astype(np.float32), {
+        "passages": len(had), "input_differs_from_a_separate_pass": differ,
+        "input": "the first term-weighting window: whole words (runs of letters and digits) up to the backbone's "
+                 "max_length word pieces, special tokens included; pooled and normalized as the encoder does"})
+
+
+def _weigh(models: dict, docs: list[Document], inputs: BuildInputs | None = None) -> dict[str, list]:
     """Each model's (terms, weights) for every document of ``docs``, from one pass of their shared backbone (or the
-    term vectors cached for these documents)."""
+    term vectors cached for these documents); with a dense component on the same backbone
+    (:func:`shared_dense_encoder`), its vectors from that pass too (``inputs.shared_dense``)."""
     from weir.indexer.weighting.cache import TermVectors, cache_key, cache_root
     from weir.indexer.weighting.model import TermStatistics
 
@@ -165,14 +198,20 @@ def _weigh(models: dict, docs: list[Document]) -> dict[str, list]:
                       mininterval=1.0):
             apply(i, tv.terms[i], np.asarray(tv.vectors(i), dtype=np.float32))
     else:
-        with tqdm(total=len(docs), desc=f"{'+'.join(models)} weights", unit="doc", dynamic_ncols=True,
-                  mininterval=1.0) as bar:
+        encoder = shared_dense_encoder(inputs, first.backbone) if inputs is not None else None
+        pooled: list = []
+        what = "+".join(models) + ("+dense" if encoder is not None else "")
+        with tqdm(total=len(docs), desc=f"{what} (one pass)", unit="doc", dynamic_ncols=True, mininterval=1.0) as bar:
             for start in range(0, len(docs), BATCH):
                 batch = docs[start:start + BATCH]
-                vecs = first.backbone.term_vectors([d.contents for d in batch], first.batch_size)
+                vecs, pools = first.backbone.term_vectors_and_pooled(
+                    [d.contents for d in batch], first.batch_size, pool=encoder.pool if encoder else None)
+                pooled.extend(pools)
                 for j, (terms, v) in enumerate(vecs):
                     apply(start + j, terms, v)
                 bar.update(len(batch))
+        if encoder is not None:
+            inputs.shared_dense = _shared_pass_vectors(encoder, docs, pooled)
     return results
 
 

@@ -25,9 +25,7 @@ Face name or local path, unchanged). A head of several members (``"members": N``
 --members N`) keeps them all in that one state_dict (:mod:`weir.indexer.weighting.members`); ``"shrink": {"tau2": ...}``
 in its card shrinks their mean correction towards the prior by their disagreement (`weir train --shrink`).
 
-Trained by `weir train deepct|deepimpact`: :mod:`weir.training.term_weighting` (the recipe), its training loop and
-losses in :mod:`weir.training.term_weighting.loop`, what it reads in :mod:`weir.training.term_weighting.data`, the
-head and its card written by :mod:`weir.training.term_weighting.trainer`.
+Trained by `weir train deepct|deepimpact` (:mod:`weir.training.term_weighting`).
 """
 
 from __future__ import annotations
@@ -240,7 +238,15 @@ class Backbone:
         """Per text: (unique terms, float32 (n_terms, dim) first-occurrence vectors), rounded to float16 precision as
         the term vector cache stores them, so that weights are the same whether the vectors come from the cache or
         not."""
+        return self.term_vectors_and_pooled(texts, batch_size)[0]
+
+    def term_vectors_and_pooled(self, texts: Sequence[str], batch_size: int = 32, pool=None
+                                ) -> tuple[list[tuple[list[str], np.ndarray]], list[tuple[list[int], np.ndarray]]]:
+        """:meth:`term_vectors`, and per text, with ``pool`` (hidden (B, L, dim), mask (B, L) -> (B, dim)), the word
+        pieces of its first window (special tokens included) and that window pooled: the dense vector of the one
+        backbone pass (:mod:`weir.indexer.weighting.build`); ``([], None)`` for a text without terms."""
         parsed = [passage_terms(t) for t in texts]
+        pooled: list = [([], None)] * len(texts)
         out = [(terms, np.zeros((len(terms), self.dim), dtype=np.float32)) for _, terms, _ in parsed]
         chunks = []  # (text index, ids, marks)
         for ti, (ws, terms, first) in enumerate(parsed):
@@ -251,9 +257,9 @@ class Backbone:
             for tok, w in zip(enc["input_ids"], enc.word_ids()):
                 if w is not None:
                     pieces[w].append(tok)
-            for ids, marks in self._windows(pieces, first):
+            for w, (ids, marks) in enumerate(self._windows(pieces, first)):
                 # several terms may share a word (rare): every row of that word gets the word's vector
-                chunks.append((ti, self._before + ids + self._after, marks))
+                chunks.append((ti, self._before + ids + self._after, marks, w == 0))
         rows_of_word: list[dict[int, list[int]]] = []
         for _, _, first in parsed:
             m: dict[int, list[int]] = {}
@@ -273,13 +279,18 @@ class Backbone:
                 mask[j, :len(ids)] = 1
             hidden = self.forward({"input_ids": input_ids, "attention_mask": mask,
                                    "token_type_ids": np.zeros_like(input_ids)})["last_hidden_state"]
+            firsts = [j for j, i in enumerate(idx) if chunks[i][3]]
+            if pool is not None and firsts:
+                vectors = pool(hidden[firsts], mask[firsts])
+                for j, vector in zip(firsts, vectors):
+                    pooled[chunks[idx[j]][0]] = (chunks[idx[j]][1], vector)
             for j, i in enumerate(idx):
-                ti, _, marks = chunks[i]
+                ti, _, marks, _ = chunks[i]
                 _, terms, first = parsed[ti]
                 for pos, r in marks:
                     for row in rows_of_word[ti][first[r]]:
                         out[ti][1][row] = hidden[j, pos]
-        return [(terms, v.astype(np.float16).astype(np.float32)) for terms, v in out]
+        return [(terms, v.astype(np.float16).astype(np.float32)) for terms, v in out], pooled
 
 
 class TermWeighter:
