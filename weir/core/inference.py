@@ -42,12 +42,14 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from weir.core.export_check import check_batch, compare
 from weir.core.provenance import sha256_file
 from weir.core.runtime import cache_dir, cpu_threads
 from weir.core.types import InputError
@@ -61,18 +63,6 @@ TOLERANCE = {"onnx": {"max_abs_diff": 1e-3, "min_cosine": 0.9999},
              "onnx-int8": {"max_abs_diff": None, "min_cosine": 0.98}}
 # the exact family (equal to fp32 torch within 1e-3): an index built with one is searched with another
 EXACT = ("torch", "onnx")
-CHECK_TEXT = (
-    "Passage retrieval ranks the passages of a collection by how well they answer a query. A first stage scores every "
-    "passage cheaply with an inverted index, and a second stage rereads the best few hundred with a transformer that "
-    "sees query and passage together. Learned term weights move part of that reading to index time: each term of a "
-    "passage gets a weight from its context, so the inverted index itself knows that a word is central to one passage "
-    "and incidental in another. Static pruning leaves out passages that no query is likely to need, judged by a "
-    "quality estimator; a smaller index is faster to search and cheaper to keep. Dense retrieval encodes passages and "
-    "queries into vectors whose inner product approximates relevance, and a hybrid fuses the two rankings. Each of "
-    "these steps is checked on test collections with relevance judgments, such as SciFact, ArguAna and the TREC deep "
-    "learning track, and an index is only as good as the weakest of its components on data it never saw in training. "
-    "The clinical trial enrolled 1,204 patients (aged 18-65) across 14 sites; p < 0.001 for the primary endpoint.")
-CHECK_WORDS = (3, 12, 40, 120, 250)
 
 
 class ExportError(InputError):
@@ -172,14 +162,8 @@ class OnnxForward(Forward):
     padded positions)."""
 
     def __init__(self, path: Path, record: dict, threads: int | None = None, per_input: bool | None = None):
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or int(os.environ.get("WEIR_TORCH_THREADS", 0)) or cpu_threads()
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.threads = threads or int(os.environ.get("WEIR_TORCH_THREADS", 0)) or cpu_threads()
+        self.session = _session(path, self.threads)
         self.path, self.record = path, record
         self.backend, self.dim = record["backend"], int(record["dim"])
         self.heads = tuple(tuple(h) for h in record.get("heads", []))
@@ -187,10 +171,31 @@ class OnnxForward(Forward):
         # the graph's own inputs: the exporter drops one the model never reads (no mask when no layer is kept)
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.per_input = self.backend == "onnx-int8" if per_input is None else per_input
+        self._lanes: tuple | None = None  # (single-threaded sessions, their threads), made on first use
+        self._lanes_lock = threading.Lock()
 
-    def _run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        values = self.session.run(None, {k: np.ascontiguousarray(inputs[k], dtype=np.int64) for k in self.inputs})
+    def _run(self, inputs: dict[str, np.ndarray], session=None) -> dict[str, np.ndarray]:
+        values = (session or self.session).run(None, {k: np.ascontiguousarray(inputs[k], dtype=np.int64)
+                                                      for k in self.inputs})
         return dict(zip(self.outputs, values))
+
+    def _rows(self, jobs: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """Inputs run one by one: on ``threads`` single-threaded sessions at once, each taking every ``threads``-th
+        (the same bits as one session of ``threads`` threads, and 1.3x its speed on SciFact passages here)."""
+        if self.threads == 1 or len(jobs) == 1:
+            return [self._run(job) for job in jobs]
+        with self._lanes_lock:
+            if self._lanes is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._lanes = ([_session(self.path, 1) for _ in range(self.threads)],
+                               ThreadPoolExecutor(self.threads, thread_name_prefix="weir-onnx"))
+        sessions, pool = self._lanes
+        results: list = [None] * len(jobs)
+        lanes = pool.map(lambda j: [self._run(job, sessions[j]) for job in jobs[j::self.threads]], range(self.threads))
+        for j, done in enumerate(lanes):
+            results[j::self.threads] = done
+        return results
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         mask = np.asarray(inputs["attention_mask"])
@@ -201,9 +206,9 @@ class OnnxForward(Forward):
         if not (mask == (np.arange(width) < lengths[:, None])).all():
             raise ValueError("a batch run one input at a time must be right-padded (its mask a run of ones, then "
                              "zeros)")
+        rows = self._rows([{k: inputs[k][i:i + 1, :n] for k in INPUTS} for i, n in enumerate(lengths.tolist())])
         out: dict[str, np.ndarray] = {}
-        for i, n in enumerate(lengths.tolist()):
-            row = self._run({k: inputs[k][i:i + 1, :n] for k in INPUTS})
+        for i, row in enumerate(rows):
             for name, value in row.items():
                 if name not in out:
                     shape = [batch, *value.shape[1:]]
@@ -216,6 +221,17 @@ class OnnxForward(Forward):
     def describe(self) -> dict:
         return {"backend": self.backend, "export": str(self.path), "export_sha256": self.record["sha256"],
                 "check": self.record["check"]}
+
+
+def _session(path: Path, threads: int):
+    """An ONNX Runtime CPU session of ``threads`` intra-op threads, no spinning, every graph optimization."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def open_forward(model, tokenizer, backend: str, device: str, *, heads: Sequence[tuple[int, int]] = (),
@@ -315,43 +331,6 @@ def export(model, tokenizer, backend: str, path: Path, *, heads: Sequence[tuple[
         written.write_text(json.dumps(record, indent=2), encoding="utf-8")
         os.replace(written, path.with_suffix(".json"))
     return record
-
-
-def check_batch(tokenizer) -> tuple[dict[str, np.ndarray], list[int]]:
-    """The padded, mixed-length batch an export is checked on: the check text cut to 3 to 250 words, single, and two
-    (query, passage) pairs; with each row's real length."""
-    words = CHECK_TEXT.split()
-    singles = [" ".join(words[:n]) for n in CHECK_WORDS]
-    queries, passages = ["what does a quality estimator judge", "dense retrieval"], [singles[2], singles[4]]
-    a = tokenizer(singles, truncation=True, max_length=256)
-    b = tokenizer(queries, passages, truncation="only_second", max_length=256)
-    rows = [{k: enc[k][i] for k in enc} for enc in (a, b) for i in range(len(enc["input_ids"]))]
-    width = max(len(r["input_ids"]) for r in rows)
-    pad = tokenizer.pad_token_id or 0
-    batch = {k: np.zeros((len(rows), width), dtype=np.int64) for k in INPUTS}
-    batch["input_ids"][:] = pad
-    for i, r in enumerate(rows):
-        n = len(r["input_ids"])
-        batch["input_ids"][i, :n] = r["input_ids"]
-        batch["attention_mask"][i, :n] = 1
-        if "token_type_ids" in r:
-            batch["token_type_ids"][i, :n] = r["token_type_ids"]
-    return batch, [len(r["input_ids"]) for r in rows]
-
-
-def compare(reference: dict[str, np.ndarray], other: dict[str, np.ndarray], mask: np.ndarray) -> dict:
-    """Largest absolute difference of the outputs over real positions, and the smallest cosine of the rows' mean-pooled
-    hidden states."""
-    m = mask[..., None].astype(np.float32)
-    a, b = reference["last_hidden_state"] * m, other["last_hidden_state"] * m
-    pa, pb = a.sum(1) / m.sum(1), b.sum(1) / m.sum(1)
-    cos = (pa * pb).sum(1) / (np.linalg.norm(pa, axis=1) * np.linalg.norm(pb, axis=1))
-    out = {"max_abs_diff": float(np.abs(a - b).max()), "min_cosine": float(cos.min())}
-    if "attentions" in reference:
-        keep = (mask[:, None, :, None] * mask[:, None, None, :]).astype(bool)
-        diff = np.abs(reference["attentions"] - other["attentions"])
-        out["attentions_max_abs_diff"] = float(np.where(keep, diff, 0).max())
-    return out
 
 
 def verify(model, tokenizer, candidate: Forward, backend: str) -> dict:

@@ -108,6 +108,15 @@ class BlockWorker:
             from weir.indexer.encoder import Encoder
 
             self.encoder = Encoder(dense.model, **dense.encoder_options(device=device, threads=threads))
+        # one backbone pass per passage where the single build runs one (weir.indexer.weighting.build), so that the
+        # vectors are the single build's
+        self.shared = None
+        if self.encoder is not None and self.models and dense.shared_pass and not dense.vectors_from:
+            from weir.indexer.weighting.build import shares_backbone
+
+            backbone = next(iter(self.models.values())).backbone
+            self.shared = backbone if shares_backbone(self.encoder, backbone) else None
+        self._pooled: list = []
         (self.work / WORKERS).mkdir(parents=True, exist_ok=True)
         # who is working, for operators (and the tests that stop a worker mid-build)
         (self.work / WORKERS / str(os.getpid())).write_text(socket.gethostname() + "\n", encoding="utf-8")
@@ -124,11 +133,16 @@ class BlockWorker:
         backbones = {id(m.backbone): m.backbone for m in self.models.values()}
         results: dict[str, list] = {k: [] for k in self.models}
         vectors: dict[int, list] = {}
+        self._pooled = []
         for key, backbone in backbones.items():
             vectors[key] = []
+            pool = self.encoder.pool if backbone is self.shared else None
             for start in range(0, len(docs), BATCH):
-                vectors[key].extend(backbone.term_vectors([d.contents for d in docs[start:start + BATCH]],
-                                                          first.batch_size))
+                vecs, pooled = backbone.term_vectors_and_pooled([d.contents for d in docs[start:start + BATCH]],
+                                                                first.batch_size, pool=pool)
+                vectors[key].extend(vecs)
+                if pool is not None:
+                    self._pooled.extend(pooled)
         for kind, model in self.models.items():
             for i, (terms, v) in enumerate(vectors[id(model.backbone)]):
                 results[kind].append((terms, model.weigh(v, stats, i, terms)))
@@ -138,6 +152,13 @@ class BlockWorker:
         if self.encoder is None:
             return None, 0.0
         started = time.perf_counter()
+        if self.shared is not None:  # the pass's vectors; a passage without a window (no terms) encoded on its own
+            from weir.indexer.inputs import SharedDense
+
+            had = [i for i, (ids, _) in enumerate(self._pooled) if ids]
+            data = np.stack([self._pooled[i][1] for i in had]) if had else np.zeros((0, self.encoder.dim))
+            shared = SharedDense([docs[i].id for i in had], data.astype(np.float32), {})
+            return shared.vectors(docs, self.encoder.encode_passages), time.perf_counter() - started
         size = int(self.dense.chunk_size)
         parts = [self.encoder.encode_passages([d.contents for d in docs[s:s + size]])
                  for s in range(0, len(docs), size)]

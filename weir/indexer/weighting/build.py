@@ -153,9 +153,14 @@ def shared_dense_encoder(inputs: BuildInputs, backbone):
     from weir.indexer.encoder import shared_encoder
 
     encoder = shared_encoder(config.model, **config.encoder_options())
-    same = (encoder.model_path, encoder.backend, encoder.device, encoder.passage_max_length) == \
+    return encoder if shares_backbone(encoder, backbone) else None
+
+
+def shares_backbone(encoder, backbone) -> bool:
+    """Whether ``encoder`` (:class:`weir.indexer.encoder.Encoder`) runs what ``backbone`` runs: the same model,
+    backend, device and input length (so the backbone's first window, pooled, can be its passage vector)."""
+    return (encoder.model_path, encoder.backend, encoder.device, encoder.passage_max_length) == \
         (backbone.path, backbone.backend, backbone.device, backbone.max_length)
-    return encoder if same else None
 
 
 def _shared_pass_vectors(encoder, docs: list[Document], pooled: list) -> SharedDense:
