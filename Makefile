@@ -8,7 +8,7 @@ STUBS := weir/v1/__init__.py weir/v1/search_pb2.py weir/v1/search_pb2_grpc.py we
 COLLECTION ?= ../shared/collections/beir-scifact
 PORT ?= 50051
 
-.PHONY: install stubs test test-fast demo bench clean
+.PHONY: install stubs test test-fast reproduce demo bench clean
 
 install: $(STAMP) $(STUBS)
 
@@ -29,7 +29,12 @@ $(STUBS) &: proto/weir/v1/search.proto $(STAMP)
 # the data tests included (CI: WEIR_REQUIRE_DATA=1 makes them fail instead of skip without ../shared), slowest listed
 test: install
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -m "not reproduce" --durations=25
+
+# the published figures reproduced in fp32 on whole collections (SciFact dense, DL 2019 attention): minutes each;
+# `make test` checks the same code paths on smaller collections with the int8 default
+reproduce: install
+	WEIR_REQUIRE_DATA=1 $(PY) -m pytest -q -m reproduce --durations=10
 
 # the tier for the minute before a commit: no shared collection, no Ray, no training run, no multi-thousand-call load
 test-fast: install

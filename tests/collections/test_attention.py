@@ -12,19 +12,21 @@ pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 
 
 @pytest.mark.data
-def test_default_attention_model_reranks_dl19_to_its_recorded_figure(candidates_index, tmp_path, capsys):
-    """The shipped models/attention, through `weir run --candidates ... --pipeline attention`, re-ranks the DL 2019
-    BM25 top-100 (0.5058) to nDCG@10 0.6711, the figure its cross-validated form recorded (research/notebook.md).
-    The index holds the candidates' passages alone: a reranker reads nothing else."""
+@pytest.mark.reproduce  # 4,300 pairs in fp32; `make test` reranks with the shipped model on ADI (test_service.py)
+def test_default_attention_model_reranks_dl19_to_its_recorded_figure(candidates_index, tmp_path, capsys, monkeypatch):
+    """The shipped models/attention, through `weir run --candidates ... --pipeline attention --backend onnx` (fp32, as
+    recorded), re-ranks the DL 2019 BM25 top-100 (0.5058) to nDCG@10 0.6711, the figure its cross-validated form
+    recorded (research/notebook.md). The index holds the candidates' passages alone: a reranker reads nothing else."""
     from weir.cli import main
     from tests.conftest import collection
 
+    monkeypatch.setenv("WEIR_BACKEND", "onnx")  # what --backend sets, restored after the test
     coll = collection("msmarco-passage-trec-dl-pool")
     out = tmp_path / "attention.trec"
     index = candidates_index("msmarco-passage-trec-dl-pool", "runs/BM25_dl19.top100.trec")
     assert main(["run", "--index", str(index), "--topics",
                  str(coll / "queries.tsv"), "--candidates", str(coll / "runs" / "BM25_dl19.top100.trec"),
-                 "--pipeline", "attention", "-k", "100", "--out", str(out)]) == 0
+                 "--pipeline", "attention", "-k", "100", "--backend", "onnx", "--out", str(out)]) == 0
     capsys.readouterr()
     assert main(["eval", "--run", str(out), "--qrels", str(coll / "qrels.txt"), "--min-rel", "2",
                  "--format", "json"]) == 0

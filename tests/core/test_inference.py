@@ -156,6 +156,10 @@ def test_dense_queries_follow_the_backend_the_passages_were_encoded_with(tmp_pat
     dense.encoder_settings["backend"] = "onnx-int8"
     with pytest.raises(InputError, match="encoded with the onnx-int8 backend and cannot be searched with onnx"):
         dense.query_encoder(backend="onnx")
+    recipe, dense.encoder_settings["recipe"] = dense.encoder_settings["recipe"], "an earlier int8 export"
+    with pytest.raises(InputError, match="encoded by another onnx-int8 export"):  # never mixed either
+        dense.query_encoder()
+    dense.encoder_settings["recipe"] = recipe
     monkeypatch.setenv("WEIR_BACKEND", "torch")  # what --backend torch sets
     with pytest.raises(InputError, match="encoded with the onnx-int8 backend and cannot be searched with torch"):
         dense.query_encoder()

@@ -259,6 +259,11 @@ class DenseIndex:
         encoder = shared_encoder(model or settings.get("model"), device=device, backend=backend,
                                  query_max_length=settings.get("query_max_length", QUERY_MAX_LENGTH),
                                  pooling=settings.get("pooling"), normalize=settings.get("normalize", True))
+        made = encoder.forward.describe().get("recipe")
+        if built not in EXACT and settings.get("recipe") != made:
+            raise InputError(f"the dense component at {self.path} was encoded by another {built} export (recipe "
+                             f"{settings.get('recipe')!r}, this weir's {made!r}): its vectors and the queries' "
+                             "would differ; rebuild the index")
         if encoder.dim != self.dim:
             raise InputError(f"the encoder gives {encoder.dim}-dimensional vectors, the index at {self.path} holds "
                              f"{self.dim}: use the model it was built with")

@@ -35,7 +35,7 @@ def cache_key(backbone, docs: Sequence[Document]) -> str:
     d = backbone.describe()
     key = [d["base_model_sha256"] or d["base_model"], d["max_length"], TOKENIZATION_VERSION]
     if d.get("backend", "torch") not in EXACT:  # vectors of the exact backends are the same; others have their own
-        key.append(d["backend"])
+        key += [d["backend"], d.get("recipe")]
     h.update(json.dumps(key).encode())
     for doc in docs:
         h.update(doc.id.encode() + b"\0" + doc.contents.encode() + b"\1")
