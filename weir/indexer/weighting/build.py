@@ -79,16 +79,19 @@ def weights_depend_on_collection(kind: str, card: dict) -> bool:
     return kind == "deepimpact" or bool(card.get("features"))
 
 
-def collection_weights(documents: Iterable[Document], learned: dict, components: tuple[str, ...]
+def collection_weights(documents: Iterable[Document], learned: dict, components: tuple[str, ...], dense=None
                        ) -> CollectionWeights:
     """The learned weights of every document of ``documents`` (the whole collection, as a single index reads it) for
     each learned component of ``components``, with the collection's term statistics; ``learned``: as
-    :attr:`BuildInputs.learned`."""
+    :attr:`BuildInputs.learned`; with ``dense`` (a :class:`weir.indexer.dense.DenseConfig`), the dense vectors of
+    the same pass where the single index takes them from it."""
     docs = list(documents)
-    inputs = BuildInputs(components=tuple(components), learned=learned or {})
+    inputs = BuildInputs(components=tuple(components), learned=learned or {}, dense=dense)
     for kind in learned_kinds(inputs.components):
         _weights(kind, docs, inputs)  # one pass for the heads that share a backbone
-    return CollectionWeights.of(inputs.learned_memo)
+    whole = CollectionWeights.of(inputs.learned_memo)
+    whole.shared_dense = inputs.shared_dense
+    return whole
 
 
 def describe_model(model) -> dict:
@@ -206,7 +209,7 @@ def _weigh(models: dict, docs: list[Document], inputs: BuildInputs | None = None
         encoder = shared_dense_encoder(inputs, first.backbone) if inputs is not None else None
         pooled: list = []
         what = "+".join(models) + ("+dense" if encoder is not None else "")
-        with tqdm(total=len(docs), desc=f"{what} (one pass)", unit="doc", dynamic_ncols=True, mininterval=1.0) as bar:
+        with tqdm(total=len(docs), desc=f"{what} weights (one pass)", unit="doc", dynamic_ncols=True, mininterval=1.0) as bar:
             for start in range(0, len(docs), BATCH):
                 batch = docs[start:start + BATCH]
                 vecs, pools = first.backbone.term_vectors_and_pooled(
