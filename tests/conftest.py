@@ -42,7 +42,7 @@ def index_factory(tmp_path_factory):
     built: dict[tuple, Path] = {}
 
     def make(name: str, components: str = "bm25", **options) -> Path:
-        key = (name, components, tuple(sorted(options.items())))
+        key = (name, components, repr(sorted(options.items())))  # options may hold a dict (dense settings)
         if key not in built:
             out = tmp_path_factory.mktemp("indexes") / f"{name}-{components.replace(',', '-')}"
             build_index(collection(name), out, components=tuple(components.split(",")), **options)
