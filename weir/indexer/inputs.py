@@ -65,19 +65,24 @@ class BuildInputs:
 
 class SharedDense:
     """Dense vectors from the term-weighting pass: each passage's first window pooled by the dense encoder, so that a
-    build with both runs the backbone once per passage. ``vectors`` (float32 (n, dim), rows in ``docids`` order) for
+    build with both runs the backbone once per passage. ``data`` (float32 (n, dim); ``row``: document id -> row) for
     the passages that had a window; ``record``: what the manifest says of it (how many passages came from the pass,
     how many of those had a dense input other than a separate pass's, how many were encoded on their own)."""
 
-    def __init__(self, docids: Sequence[str], vectors: np.ndarray, record: dict):
-        self.row = {d: i for i, d in enumerate(docids)}
-        self.data, self.record = vectors, {**record, "encoded_separately": 0}
+    def __init__(self, row: dict[str, int], vectors: np.ndarray, record: dict):
+        self.row, self.data, self.record = row, vectors, {**record, "encoded_separately": 0}
+
+    @classmethod
+    def of(cls, docs: Sequence[Document], pooled: Sequence[tuple[list[int], np.ndarray | None]], dim: int,
+           record: dict | None = None) -> SharedDense:
+        """From a pass's ``(window ids, pooled vector)`` per document of ``docs`` (``([], None)``: no window)."""
+        had = [i for i, (ids, _) in enumerate(pooled) if ids]
+        vectors = np.stack([pooled[i][1] for i in had]) if had else np.zeros((0, dim))
+        return cls({docs[i].id: r for r, i in enumerate(had)}, vectors.astype(np.float32), record or {})
 
     def fresh(self) -> SharedDense:
         """The same vectors with counts of their own (a shard of a set takes its documents' from the set's pass)."""
-        copy = SharedDense([], self.data, {k: v for k, v in self.record.items() if k != "encoded_separately"})
-        copy.row = self.row
-        return copy
+        return SharedDense(self.row, self.data, {k: v for k, v in self.record.items() if k != "encoded_separately"})
 
     def vectors(self, chunk: Sequence[Document], encode) -> np.ndarray:
         """The vectors of ``chunk``: from the pass where it had a window, ``encode``d (texts -> vectors) otherwise."""

@@ -116,24 +116,25 @@ class BlockWorker:
 
             backbone = next(iter(self.models.values())).backbone
             self.shared = backbone if shares_backbone(self.encoder, backbone) else None
-        self._pooled: list = []
         (self.work / WORKERS).mkdir(parents=True, exist_ok=True)
         # who is working, for operators (and the tests that stop a worker mid-build)
         (self.work / WORKERS / str(os.getpid())).write_text(socket.gethostname() + "\n", encoding="utf-8")
 
-    def _weights(self, docs) -> tuple[dict, float]:
+    def _weights(self, docs) -> tuple[dict, float, list]:
+        """Each kind's weights of ``docs``, the seconds, and (where the dense vectors come from the same pass) each
+        document's first window pooled."""
         from weir.indexer.weighting.build import BATCH
         from weir.indexer.weighting.model import TermStatistics
 
         if not self.models:
-            return {}, 0.0
+            return {}, 0.0, []
         started = time.perf_counter()
         stats = TermStatistics([d.contents for d in docs], collection=self.stats) if self.stats is not None else None
         first = next(iter(self.models.values()))
         backbones = {id(m.backbone): m.backbone for m in self.models.values()}
         results: dict[str, list] = {k: [] for k in self.models}
         vectors: dict[int, list] = {}
-        self._pooled = []
+        windows: list = []
         for key, backbone in backbones.items():
             vectors[key] = []
             pool = self.encoder.pool if backbone is self.shared else None
@@ -142,22 +143,20 @@ class BlockWorker:
                                                                 first.batch_size, pool=pool)
                 vectors[key].extend(vecs)
                 if pool is not None:
-                    self._pooled.extend(pooled)
+                    windows.extend(pooled)
         for kind, model in self.models.items():
             for i, (terms, v) in enumerate(vectors[id(model.backbone)]):
                 results[kind].append((terms, model.weigh(v, stats, i, terms)))
-        return results, time.perf_counter() - started
+        return results, time.perf_counter() - started, windows
 
-    def _vectors(self, docs) -> tuple[np.ndarray | None, float]:
+    def _vectors(self, docs, windows: list) -> tuple[np.ndarray | None, float]:
         if self.encoder is None:
             return None, 0.0
         started = time.perf_counter()
         if self.shared is not None:  # the pass's vectors; a passage without a window (no terms) encoded on its own
             from weir.indexer.inputs import SharedDense
 
-            had = [i for i, (ids, _) in enumerate(self._pooled) if ids]
-            data = np.stack([self._pooled[i][1] for i in had]) if had else np.zeros((0, self.encoder.dim))
-            shared = SharedDense([docs[i].id for i in had], data.astype(np.float32), {})
+            shared = SharedDense.of(docs, windows, self.encoder.dim)
             return shared.vectors(docs, self.encoder.encode_passages), time.perf_counter() - started
         size = int(self.dense.chunk_size)
         parts = [self.encoder.encode_passages([d.contents for d in docs[s:s + size]])
@@ -180,8 +179,8 @@ class BlockWorker:
         docs = self.corpus.read_block(offset, lineno, count, self.keep)
         read = time.perf_counter() - started
         scores, quality = self._scores(docs)
-        weights, weighting = self._weights(docs)
-        vectors, dense = self._vectors(docs)
+        weights, weighting, windows = self._weights(docs)
+        vectors, dense = self._vectors(docs, windows)
         return {"docids": [d.id for d in docs], "quality": scores, "weights": weights, "dense": vectors,
                 "models": {k: describe_model(m) for k, m in self.models.items()},
                 "seconds": {"read": read, "quality": quality, "term_weighting": weighting, "dense": dense},

@@ -176,8 +176,7 @@ def _shared_pass_vectors(encoder, docs: list[Document], pooled: list) -> SharedD
         own = encoder.tokenizer([docs[i].contents for i in part], truncation=True,
                                 max_length=encoder.passage_max_length)["input_ids"]
         differ += sum(list(ids) != pooled[i][0] for ids, i in zip(own, part))
-    vectors = np.stack([pooled[i][1] for i in had]) if had else np.zeros((0, encoder.dim), dtype=np.float32)
-    return SharedDense([docs[i].id for i in had], vectors.astype(np.float32), {
+    return SharedDense.of(docs, pooled, encoder.dim, {
         "passages": len(had), "input_differs_from_a_separate_pass": differ,
         "input": "the first term-weighting window: whole words (runs of letters and digits) up to the backbone's "
                  "max_length word pieces, special tokens included; pooled and normalized as the encoder does"})
