@@ -76,10 +76,11 @@ def test_export_with_attention_outputs_equals_torch(backbone, tmp_path, monkeypa
 def test_a_wrong_export_is_refused_and_not_written(backbone, tmp_path, monkeypatch):
     """The graph of the known wrong BERT exports (attention without the padding mask): refused by the check."""
     import weir.core.inference as inference
+    from weir.core import layers
 
     monkeypatch.setenv("WEIR_CACHE", str(tmp_path))
     tokenizer, model = backbone
-    right = inference._graph
+    right = layers.export_graph
 
     def maskless(model, heads):
         graph = right(model, heads)
@@ -88,7 +89,7 @@ def test_a_wrong_export_is_refused_and_not_written(backbone, tmp_path, monkeypat
             input_ids, attention_mask * 0 + 1, token_type_ids)
         return graph
 
-    monkeypatch.setattr(inference, "_graph", maskless)
+    monkeypatch.setattr(layers, "export_graph", maskless)
     with pytest.raises(inference.ExportError, match="does not match fp32 torch"):
         inference.open_forward(model, tokenizer, "onnx", "cpu")
     assert not list(tmp_path.rglob("*.onnx")) and not list(tmp_path.rglob("*.json"))
@@ -130,6 +131,7 @@ def test_backends_are_validated_and_inexact_vectors_never_mixed():
 def test_dense_queries_follow_the_backend_the_passages_were_encoded_with(tmp_path, onnx_forward, monkeypatch):
     """A dense component records its backend; queries use the passages' own (an fp32 index stays searchable in fp32
     whatever the default), and a backend whose vectors differ is refused, never mixed."""
+    from weir.core.inference import default_backend
     from weir.indexer.build import build_index
     from weir.indexer.dense import DenseIndex
     from weir.indexer.index_dir import Index
@@ -141,10 +143,12 @@ def test_dense_queries_follow_the_backend_the_passages_were_encoded_with(tmp_pat
                                                  for i, t in enumerate(TEXTS)), encoding="utf-8")
     build_index(corpus, tmp_path / "index", components=("dense",))
     index = Index(tmp_path / "index")
-    assert index.manifest["components"]["dense"]["encoder"]["backend"] == "onnx-int8"  # the CPU default
+    default = default_backend("cpu")
+    assert default in ("openvino-bf16", "onnx-int8")  # the CPU default: bf16 where the CPU has it, else int8
+    assert index.manifest["components"]["dense"]["encoder"]["backend"] == default
     dense = DenseIndex(index.component_path("dense"), index.manifest["components"]["dense"])
     encoder = dense.query_encoder()
-    assert encoder.backend == "onnx-int8"
+    assert encoder.backend == default
     best = dense.faiss.search(encoder.encode_queries(["the resident immune cells of the brain"]), 1)[1][0][0]
     assert dense.docids[best] == "d2"
     for built in ("onnx", "torch", None):  # fp32 indexes (None: from before backends were recorded)
@@ -153,22 +157,23 @@ def test_dense_queries_follow_the_backend_the_passages_were_encoded_with(tmp_pat
     with pytest.raises(InputError, match="encoded with the onnx backend and cannot be searched with onnx-int8"):
         dense.encoder_settings["backend"] = "onnx"
         dense.query_encoder(backend="onnx-int8")
-    dense.encoder_settings["backend"] = "onnx-int8"
-    with pytest.raises(InputError, match="encoded with the onnx-int8 backend and cannot be searched with onnx"):
+    dense.encoder_settings["backend"] = default
+    with pytest.raises(InputError, match=f"encoded with the {default} backend and cannot be searched with onnx"):
         dense.query_encoder(backend="onnx")
-    recipe, dense.encoder_settings["recipe"] = dense.encoder_settings["recipe"], "an earlier int8 export"
-    with pytest.raises(InputError, match="encoded by another onnx-int8 export"):  # never mixed either
+    recipe, dense.encoder_settings["recipe"] = dense.encoder_settings["recipe"], "an earlier export"
+    with pytest.raises(InputError, match=f"encoded by another {default} export"):  # never mixed either
         dense.query_encoder()
     dense.encoder_settings["recipe"] = recipe
     monkeypatch.setenv("WEIR_BACKEND", "torch")  # what --backend torch sets
-    with pytest.raises(InputError, match="encoded with the onnx-int8 backend and cannot be searched with torch"):
+    with pytest.raises(InputError, match=f"encoded with the {default} backend and cannot be searched with torch"):
         dense.query_encoder()
 
 
 def test_int8_gives_an_input_the_same_output_alone_and_inside_a_padded_batch(backbone):
     """Dynamic int8 takes one activation scale per tensor: run as one batch, a row's output moves with its
     neighbours (the check that this test can fail); run one input at a time, as the backend does, it does not."""
-    from weir.core.inference import OnnxForward, open_forward
+    from weir.core.inference import open_forward
+    from weir.core.inference_onnx import OnnxForward
 
     tokenizer, model = backbone
     int8 = open_forward(model, tokenizer, "onnx-int8", "cpu")
@@ -186,22 +191,26 @@ def test_int8_gives_an_input_the_same_output_alone_and_inside_a_padded_batch(bac
     assert moved > 1e-3
 
 
-def test_with_the_int8_default_a_vector_and_a_score_do_not_depend_on_their_batch(monkeypatch):
+@pytest.mark.parametrize("backend", ["openvino-bf16", "onnx-int8"])
+def test_with_an_inexact_default_a_vector_and_a_score_do_not_depend_on_their_batch(backend, monkeypatch):
     """The default encoder's passage vector, and the shipped attention reranker's query-passage score, alone and
-    among others in a padded batch."""
+    among others in a padded batch, on each backend that can be the CPU default."""
+    from weir.core.inference_openvino import unusable_reason
     from weir.core.runtime import shipped_model
     from weir.indexer.encoder import Encoder
     from weir.ranker.rerankers.attention import AttentionModel
 
-    monkeypatch.delenv("WEIR_BACKEND", raising=False)
+    if backend == "openvino-bf16" and unusable_reason():
+        pytest.skip(f"openvino-bf16 cannot run here: {unusable_reason()}")
+    monkeypatch.setenv("WEIR_BACKEND", backend)
     encoder = Encoder()
-    assert encoder.backend == "onnx-int8"
+    assert encoder.backend == backend
     together = encoder.encode_passages(TEXTS)
     for i, text in enumerate(TEXTS):
         assert np.abs(encoder.encode_passages([text])[0] - together[i]).max() <= 1e-5
     query = "the resident immune cells of the brain"
     model = AttentionModel(shipped_model("attention"))
-    assert model.backend == "onnx-int8"
+    assert model.backend == backend
     together = model.masses([query] * len(TEXTS), TEXTS, batch_size=8)
     for i, text in enumerate(TEXTS):  # a model of its own each: no passage states cached from the batch
         alone = AttentionModel(shipped_model("attention")).masses([query], [text], batch_size=8)[0]

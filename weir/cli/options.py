@@ -26,12 +26,13 @@ def add_backend_option(p) -> None:
 
     p.add_argument("--backend", choices=BACKENDS, default=None,
                    help="inference backend of the transformers (dense encoder, term weighting, quality estimator, "
-                   "rerankers; training and the quality reader always run fp32): onnx-int8 (int8 weights, one input "
-                   "per forward; about 2x onnx on CPUs with VNNI; embeddings close to fp32 but not equal, so an index "
-                   "built with it is searched with it only; the CPU default), onnx (ONNX Runtime fp32, exported and "
-                   "checked against torch on first use), torch (fp32; fp16 on a GPU, the GPU default). Default: "
-                   "$WEIR_BACKEND, else as said; an index built in fp32 is queried in fp32. The manifest records what "
-                   "built each component")
+                   "rerankers; training and the quality reader always run fp32): openvino-bf16 (OpenVINO in bfloat16, "
+                   "one input per inference; the CPU default where the CPU has native bf16), onnx-int8 (int8 weights, "
+                   "one input per forward; the CPU default elsewhere), onnx (ONNX Runtime fp32, exported and checked "
+                   "against torch on first use), torch (fp32; fp16 on a GPU, the GPU default). The two inexact "
+                   "backends give vectors close to fp32 but not equal: an index built with one is searched with it "
+                   "only. Default: $WEIR_BACKEND, else as said; an index built in fp32 is queried in fp32. The "
+                   "manifest records what built each component")
 
 
 def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True, pipeline: bool = True) -> None:

@@ -9,6 +9,8 @@ the value, output and feed-forward parts).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 def extended_mask(attention_mask, dtype):
     """(B, L) 0/1 mask -> the additive (B, 1, 1, L) mask of eager attention."""
@@ -34,3 +36,34 @@ def layer_forward(layer, hidden, add_mask, *, output: bool = True):
     ctx = torch.matmul(sa.dropout(probs), v).transpose(1, 2).reshape(B, L, -1)
     attn_out = layer.attention.output(ctx, hidden)
     return layer.output(layer.intermediate(attn_out), attn_out), probs
+
+
+def export_graph(model, heads: Sequence[tuple[int, int]] = ()):
+    """The BERT encoder as an exportable module (:mod:`weir.core.inference`): embeddings, then each layer by hand with
+    eager attention; outputs the last hidden states and, for ``heads`` ((layer, head) pairs), their attention
+    probabilities stacked (B, K, L, L)."""
+    import torch
+
+    class Graph(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            positions = torch.cumsum(torch.ones_like(input_ids), 1) - 1
+            hidden = self.model.embeddings(input_ids=input_ids, token_type_ids=token_type_ids,
+                                           position_ids=positions)
+            add = extended_mask(attention_mask, hidden.dtype)
+            wanted: dict[int, list[int]] = {}
+            for layer, head in heads:
+                wanted.setdefault(layer, []).append(head)
+            selected = {}
+            for i, layer in enumerate(self.model.encoder.layer):
+                hidden, probs = layer_forward(layer, hidden, add)
+                for head in wanted.get(i, []):
+                    selected[(i, head)] = probs[:, head]
+            if not heads:
+                return hidden
+            return hidden, torch.stack([selected[tuple(h)] for h in heads], dim=1)
+
+    return Graph().eval()

@@ -51,7 +51,7 @@ class DenseConfig:
     index: str = "flat"
     model: str | None = None          # Hugging Face name or local path; None: all-MiniLM-L6-v2 (offline copy)
     device: str | None = None         # None: cuda when available, else cpu
-    backend: str | None = None        # inference backend (weir.core.inference); None: onnx-int8 on the CPU, torch on a GPU
+    backend: str | None = None        # inference backend (weir.core.inference); None: its default_backend
     batch_size: int = 64
     chunk_size: int = 1024            # documents encoded (and held) at a time
     max_length: int | None = None     # passage word pieces; None: the encoder's default (256)
