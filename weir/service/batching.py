@@ -27,6 +27,7 @@ class Item:
     include_text: bool = False
     deadline: float | None = None  # time.monotonic()
     abandoned: threading.Event = field(default_factory=threading.Event)
+    enqueued: float = field(default_factory=time.monotonic)
 
     def wanted(self, now: float) -> bool:
         return not self.abandoned.is_set() and (self.deadline is None or now < self.deadline)
@@ -38,6 +39,9 @@ class Abandoned(Exception):
 
 # run(key, items) -> one result (or exception) per item, on a worker thread
 RunBatch = Callable[[Hashable, list[Item]], Sequence[object]]
+# on_start(key, items, now) as a batch starts; on_done(key, queries answered, seconds) when it has finished
+OnStart = Callable[[Hashable, list[Item], float], None]
+OnDone = Callable[[Hashable, int, float], None]
 
 
 class MicroBatcher:
@@ -47,17 +51,23 @@ class MicroBatcher:
     load batches grow instead of queueing one by one."""
 
     def __init__(self, run: RunBatch, executor: Executor, *, workers: int, max_batch: int = 16,
-                 max_wait: float = 0.002):
+                 max_wait: float = 0.002, on_start: OnStart | None = None, on_done: OnDone | None = None):
         self.run, self.executor, self.workers = run, executor, workers
         self.max_batch, self.max_wait = max_batch, max_wait
+        self.on_start, self.on_done = on_start, on_done
         self._pending: dict[Hashable, list[tuple[Item, asyncio.Future]]] = {}
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self._ready: dict[Hashable, None] = {}  # keys whose queries may start, oldest first
+        self._running: dict[int, tuple[Hashable, int, float]] = {}  # batch -> (key, queries, started)
         self.running = 0
 
     @property
     def queued(self) -> int:
         return sum(len(p) for p in self._pending.values())
+
+    def backlog(self) -> tuple[dict[Hashable, int], list[tuple[Hashable, int, float]]]:
+        """What is waiting (queries per key) and what runs ((key, queries, started) per batch)."""
+        return {key: len(p) for key, p in self._pending.items() if p}, list(self._running.values())
 
     async def submit(self, key: Hashable, items: Sequence[Item]) -> list[object]:
         """The results of ``items`` (in order), each run in a batch with other queries of the same ``key``. An
@@ -107,12 +117,20 @@ class MicroBatcher:
     def _start(self, key: Hashable, batch: list[tuple[Item, asyncio.Future]]) -> None:
         loop = asyncio.get_running_loop()
         self.running += 1
-        work = loop.run_in_executor(self.executor, self.run, key, [item for item, _ in batch])
+        items, started = [item for item, _ in batch], time.monotonic()
+        if self.on_start is not None:
+            self.on_start(key, items, started)
+        work = loop.run_in_executor(self.executor, self.run, key, items)
+        self._running[id(work)] = (key, len(items), started)
 
         def deliver(done: asyncio.Future) -> None:
             self.running -= 1
+            del self._running[id(work)]
             error = done.exception()
             results = None if error is not None else done.result()
+            answered = 0 if results is None else sum(not isinstance(r, BaseException) for r in results)
+            if self.on_done is not None and answered:  # a batch its callers left stopped early: not its cost
+                self.on_done(key, answered, time.monotonic() - started)
             for i, (_, future) in enumerate(batch):
                 if future.done():
                     continue

@@ -17,6 +17,7 @@ max_query_terms = 1024             # distinct words; Lucene refuses more than 10
 max_batch_queries = 100
 max_in_flight = 16                 # requests admitted and not finished, queued ones included...
 max_queued = 64                    # ...plus these; beyond: RESOURCE_EXHAUSTED at once
+default_budget_ms = 10000          # a call without a deadline that would wait longer to start: RESOURCE_EXHAUSTED
 
 [batching]
 max_batch = 16                     # queries of one pipeline run together at most
@@ -75,6 +76,7 @@ class Limits:
     max_pipeline_chars: int = 200
     max_in_flight: int = 16
     max_queued: int = 64
+    default_budget_ms: int = 10000
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

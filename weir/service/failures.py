@@ -13,11 +13,15 @@ from weir.core.runtime import PACKAGE
 
 
 class Failure(Exception):
-    """An answer with a status code other than OK."""
+    """An answer with a status code other than OK; ``pushback_ms``: when to retry, sent to the caller as gRPC's
+    ``grpc-retry-pushback-ms`` trailing metadata (a server's pushback, gRFC A6)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str):
+    def __init__(self, code: grpc.StatusCode, message: str, *, pushback_ms: int | None = None):
         super().__init__(message)
-        self.code, self.message = code, message
+        self.code, self.message, self.pushback_ms = code, message, pushback_ms
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return () if self.pushback_ms is None else (("grpc-retry-pushback-ms", str(int(self.pushback_ms))),)
 
 
 def public(message: str, directories: Iterable[tuple[Path, str]]) -> str:

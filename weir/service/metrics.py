@@ -35,8 +35,14 @@ class Metrics:
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r)
         self.in_flight = Gauge("weir_requests_in_flight", "Requests admitted and not yet answered.", registry=r)
         self.queued = Gauge("weir_requests_queued", "Queries waiting for a pipeline batch to start.", registry=r)
-        self.rejected = Counter("weir_requests_rejected_total", "Requests refused at admission, by reason.",
+        self.rejected = Counter("weir_requests_rejected_total", "Requests refused at admission, by reason: "
+                                "overload (the in-flight and queue limit), deadline (it could not be answered in "
+                                "time), budget (no deadline, and a longer wait than the default budget).",
                                 ("reason",), registry=r)
+        self.queue_delay = Histogram("weir_queue_seconds", "How long a query waited for its batch to start.",
+                                     ("pipeline",), buckets=LATENCY_BUCKETS, registry=r)
+        self.expected_wait = Gauge("weir_expected_wait_seconds", "The wait admission expected for the last call "
+                                   "it estimated: the work ahead, shared by the workers.", registry=r)
 
     def serve_http(self, host: str, port: int) -> None:
         """Expose the metrics at ``http://host:port/metrics``."""

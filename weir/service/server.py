@@ -5,7 +5,8 @@
   batch it ran in, so concurrent callers get exactly the answers of sequential ones.
 - **Micro-batching** (:mod:`weir.service.batching`): concurrent queries of one pipeline run as one batch.
 - **Bounded** (:mod:`weir.service.admission`). At most ``max_in_flight + max_queued`` requests are admitted; the
-  next gets RESOURCE_EXHAUSTED at once. Deadlines and cancellation are checked before every stage, and abandoned work
+  next gets RESOURCE_EXHAUSTED at once, and so does a call that, by the server's own recent batches, would not be
+  answered before its deadline (with ``grpc-retry-pushback-ms``). Deadlines and cancellation are checked before every stage, and abandoned work
   stops there. Field limits (:mod:`weir.service.validation`: k, depth, query length and distinct words, pipeline
   names, batch sizes) are INVALID_ARGUMENT with a message that never repeats the input at length; only the
   configured pipelines are served.
@@ -36,7 +37,7 @@ from weir.core.types import InputError, Query
 from weir.indexer.index_dir import Index
 from weir.ranker import registry
 from weir.ranker.options import PipelineOptions
-from weir.service.admission import Admission
+from weir.service.admission import Admission, Costs
 from weir.service.answers import NO_HITS, Answer, add_to_server, batch_response, responses
 from weir.service.auth import TokenInterceptor
 from weir.service.batching import Abandoned, Item, MicroBatcher
@@ -75,9 +76,15 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         """What every servicer runs its batches with: the worker threads, the micro-batcher, the admission."""
         self.config, self.limits, self.metrics, self.allowed = config, config.limits, metrics, allowed
         self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix=thread_prefix)
+        costs = Costs()
         self.batcher = MicroBatcher(self._run_batch, self.executor, workers=config.workers,
-                                    max_batch=config.batching.max_batch, max_wait=config.batching.max_wait_ms / 1000)
-        self.admission = Admission(config.limits, self.batcher, metrics)
+                                    max_batch=config.batching.max_batch, max_wait=config.batching.max_wait_ms / 1000,
+                                    on_start=self._started, on_done=costs.observe)
+        self.admission = Admission(config.limits, self.batcher, metrics, costs)
+
+    def _started(self, key, items: list[Item], now: float) -> None:
+        for item in items:
+            self.metrics.queue_delay.labels(key[0]).observe(now - item.enqueued)
 
     def warm_up(self) -> None:
         """Build the default pipeline and run it once, and open the store of documents (the JVM and pyserini's
@@ -134,12 +141,12 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         """Run ``work()``; map every failure to a status code and a message; record metrics and the access log."""
         start = time.perf_counter()
         self.metrics.started.labels("unary", SERVICE_NAME, method).inc()
-        code, message, fields = grpc.StatusCode.OK, "", {}
+        code, message, fields, trailing = grpc.StatusCode.OK, "", {}, ()
         try:
             response, fields = await work()
             return response
         except Failure as f:
-            code, message = f.code, f.message
+            code, message, trailing = f.code, f.message, f.trailing_metadata()
         except asyncio.CancelledError:
             code, message = grpc.StatusCode.CANCELLED, "cancelled by the client"
             raise
@@ -149,7 +156,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         finally:
             self.metrics.call(method, code.name, time.perf_counter() - start, peer=context.peer(), **fields,
                               **({"error": message} if message else {}))
-        await context.abort(code, message)
+        await context.abort(code, message, trailing_metadata=trailing)
 
     async def Search(self, request, context):
         async def work():

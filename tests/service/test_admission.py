@@ -1,0 +1,97 @@
+"""Deadline-aware admission: a call that cannot be answered before its deadline is refused before any stage runs,
+with RESOURCE_EXHAUSTED, a retry pushback and a count in the metrics; the estimate follows the server's own batches."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import grpc
+import pytest
+
+from weir.service.client import SearchClient
+from weir.service.config import ServiceConfig
+from weir.service.server import BackgroundServer
+
+
+def _config(index, **settings) -> ServiceConfig:
+    return ServiceConfig.load(index=str(index), port=0, verify_checksums=False, **settings)
+
+
+def test_costs_follow_the_batches_and_the_expected_wait_shares_the_backlog_between_workers():
+    from weir.service.admission import Admission, Costs
+    from weir.service.config import Limits
+    from weir.service.metrics import Metrics
+
+    costs = Costs(alpha=0.5)
+    assert costs.of("a") is None
+    costs.observe("a", 4, 0.4)  # 0.1 s a query
+    costs.observe("a", 2, 0.4)  # 0.2 s a query: the mean moves halfway
+    assert costs.of("a") == pytest.approx(0.15)
+
+    class Backlog:
+        workers = 2
+
+        def backlog(self):  # 6 queries of "a" waiting; a batch of 2 of "b" running for 0.1 s of its 0.4
+            return {"a": 6}, [("b", 2, time.monotonic() - 0.1)]
+
+    costs.observe("b", 1, 0.2)
+    admission = Admission(Limits(), Backlog(), Metrics(), costs)
+    wait, own = admission.expected("a", 3)
+    assert wait == pytest.approx((6 * 0.15 + (2 * 0.2 - 0.1)) / 2, abs=0.01) and own == pytest.approx(0.45)
+    assert admission.expected("c", 1) is None  # never run: no estimate, admitted
+
+
+class _Slow:
+    """Every batch of a server takes ``seconds`` longer; ``batches`` counts the batches that ran."""
+
+    def __init__(self, service, seconds: float):
+        self.run, self.seconds, self.batches = service.batcher.run, seconds, 0
+        service.batcher.run = self._slow
+
+    def _slow(self, key, items):
+        self.batches += 1
+        time.sleep(self.seconds)
+        return self.run(key, items)
+
+
+def _rejected(server, reason: str) -> float:
+    return server.server.metrics.registry.get_sample_value("weir_requests_rejected_total", {"reason": reason}) or 0.0
+
+
+def test_a_call_that_cannot_meet_its_deadline_is_refused_before_any_stage_runs(small_index):
+    with BackgroundServer(_config(small_index)) as s, SearchClient(f"127.0.0.1:{s.port}") as c:
+        slow = _Slow(s.server.service, 0.3)
+        assert c.search("coffee", k=2).hits  # the server learns what a bm25 k=2 query costs: about 0.3 s
+        ran = slow.batches
+        start = time.perf_counter()
+        with pytest.raises(grpc.RpcError) as info:
+            c.search("coffee", k=2, timeout=0.1)
+        assert time.perf_counter() - start < 0.1  # at once, not after waiting out its deadline
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert re.search(r"would answer in about \d+ ms .* after its deadline \(\d+ ms\)", info.value.details())
+        assert dict(info.value.trailing_metadata())["grpc-retry-pushback-ms"].isdigit()
+        assert slow.batches == ran  # no stage ran for it
+        assert _rejected(s, "deadline") == 1
+        assert c.search("coffee", k=2, timeout=5).hits  # a deadline it can meet: answered
+        assert s.server.metrics.registry.get_sample_value("weir_queue_seconds_count", {"pipeline": "bm25"}) >= 2
+
+
+def test_a_call_without_a_deadline_is_refused_when_it_would_wait_beyond_the_default_budget(small_index):
+    from weir.service.stubs import search_pb2
+
+    with BackgroundServer(_config(small_index, limits={"default_budget_ms": 100})) as s, \
+            SearchClient(f"127.0.0.1:{s.port}") as c:
+        _Slow(s.server.service, 0.8)
+        assert c.search("coffee", k=2).hits  # learnt: 0.8 s a query; alone, nothing ahead of it: admitted
+        held = threading.Thread(target=lambda: c.search("tea", k=2))
+        held.start()
+        time.sleep(0.2)  # a batch runs, about 0.6 s of it left, on one of two workers: 0.3 s ahead of the next
+        with pytest.raises(grpc.RpcError) as info:  # the stub itself: the client's calls have a default deadline
+            c.stub.Search(search_pb2.SearchRequest(query="coffee", k=2))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "the budget of a call without a deadline (100 ms)" in info.value.details()
+        assert _rejected(s, "budget") == 1
+        held.join(10)
+        assert c.search("coffee", k=2).hits  # nothing ahead any more
