@@ -73,9 +73,11 @@ class Served:
         stop(self.process, 30)
 
 
-def _client(port, topics, pipeline, k, depth, threads, offset, stride, start_at, until, timeout, out):
+def _client(port, topics, pipeline, k, depth, threads, offset, stride, start_at, until, timeout, out,
+            include_text=False):
     """One client process: ``threads`` callers from the monotonic time ``start_at`` (shared by all processes) to
-    ``until``; (latency s, code) per call."""
+    ``until``; (latency s, code) per call. A caller told RESOURCE_EXHAUSTED with a retry pushback waits that long
+    (gRPC's server pushback) before its next call, as a gRPC client's retry policy does."""
     import grpc
 
     sys.path.insert(0, str(ROOT))
@@ -93,12 +95,16 @@ def _client(port, topics, pipeline, k, depth, threads, offset, stride, start_at,
                 q = topics[i % len(topics)]
                 i += stride * threads
                 start = time.perf_counter()
+                pushback = 0.0
                 try:
-                    c.search(q, k=k, pipeline=pipeline, depth=depth)
+                    c.search(q, k=k, pipeline=pipeline, depth=depth, include_text=include_text)
                     code = "OK"
                 except grpc.RpcError as e:
                     code = e.code().name
+                    pushback = int(dict(e.trailing_metadata() or ()).get("grpc-retry-pushback-ms", 0)) / 1000
                 mine.append((time.perf_counter() - start, code))
+                if pushback:
+                    time.sleep(min(pushback, max(0.0, until - time.monotonic())))
         with lock:
             records.extend(mine)
 
@@ -111,8 +117,9 @@ def _client(port, topics, pipeline, k, depth, threads, offset, stride, start_at,
 
 
 def drive(port: int, topics: list[str], pipeline: str, concurrency: int, seconds: float, *, k: int, depth: int,
-          timeout: float) -> dict:
-    """``concurrency`` callers for ``seconds``; queries/s, latency percentiles (ms) of OK calls, codes."""
+          timeout: float, include_text: bool = False) -> dict:
+    """``concurrency`` callers for ``seconds``; queries/s (OK answers: within their deadline, since a late one is not
+    OK), latency percentiles (ms) of OK calls and p99 of refused (RESOURCE_EXHAUSTED) ones, codes."""
     processes = min(concurrency, 4)
     share = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
     queue = mp.get_context("spawn").Queue()
@@ -121,7 +128,7 @@ def drive(port: int, topics: list[str], pipeline: str, concurrency: int, seconds
     procs, offset = [], 0
     for threads in share:
         p = mp.get_context("spawn").Process(target=_client, args=(port, topics, pipeline, k, depth, threads, offset,
-                                                                   1, start_at, until, timeout, queue))
+                                                                   1, start_at, until, timeout, queue, include_text))
         p.start()
         procs.append(p)
         offset += threads
@@ -133,16 +140,21 @@ def drive(port: int, topics: list[str], pipeline: str, concurrency: int, seconds
         if p.is_alive():
             p.kill()
     ok = [lat * 1000 for lat, code in records if code == "OK"]
+    refused = [lat * 1000 for lat, code in records if code == "RESOURCE_EXHAUSTED"]
     codes = Counter(code for _, code in records)
-    return {"calls": len(records), "qps": len(ok) / seconds, "codes": dict(codes),
+    late = sum(lat > timeout for lat, code in records if code == "OK")  # an OK after its deadline: none expected
+    return {"calls": len(records), "qps": len(ok) / seconds, "codes": dict(codes), "late": late,
             "p50": statistics.median(ok) if ok else float("nan"), "p95": percentile(ok, 95) if ok else float("nan"),
-            "p99": percentile(ok, 99) if ok else float("nan")}
+            "p99": percentile(ok, 99) if ok else float("nan"),
+            "refused_p99": percentile(refused, 99) if refused else float("nan")}
 
 
 def _row(pipeline, c, r, extra="") -> str:
     codes = ", ".join(f"{k} {v}" for k, v in sorted(r["codes"].items()))
+    if r["late"]:
+        codes += f" ({r['late']} OK after the deadline)"
     return (f"| {pipeline} | {c} | {extra}{r['calls']} | {r['qps']:.1f} | {r['p50']:.1f} | {r['p95']:.1f} | "
-            f"{r['p99']:.1f} | {codes} |")
+            f"{r['p99']:.1f} | {r['refused_p99']:.1f} | {codes} |")
 
 
 def main() -> None:
@@ -156,6 +168,7 @@ def main() -> None:
     ap.add_argument("-k", type=int, default=10)
     ap.add_argument("--depth", type=int, default=0, help="reranking depth (default: the pipeline's)")
     ap.add_argument("--timeout", type=float, default=10.0, help="each call's deadline in seconds (default 10)")
+    ap.add_argument("--include-text", action="store_true", help="ask for the hits' titles and texts")
     ap.add_argument("--server-args", default="", help="extra `weir serve` flags")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two sets of extra `weir serve` flags: run both "
                     "servers side by side, alternating rounds, and report the queries/s ratio B/A")
@@ -229,14 +242,15 @@ def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
           f"{args.seconds:.0f} s per cell, deadline {args.timeout:.0f} s, {os.cpu_count()} cores shared by server "
           f"and clients\n")
     if args.compare:
-        print("| pipeline | callers | server | calls | queries/s | p50 ms | p95 ms | p99 ms | codes |")
-        print("|---|---:|---|---:|---:|---:|---:|---:|---|")
+        print("| pipeline | callers | server | calls | OK/s | p50 ms | p95 ms | p99 ms | refused p99 ms | codes |")
+        print("|---|---:|---|---:|---:|---:|---:|---:|---:|---|")
         for p in pipelines:
             for c in concurrency:
                 qps = {0: [], 1: []}
                 for _ in range(args.rounds):
                     for i, s in enumerate(servers):
-                        r = drive(s.port, topics, p, c, args.seconds, k=args.k, depth=args.depth, timeout=args.timeout)
+                        r = drive(s.port, topics, p, c, args.seconds, k=args.k, depth=args.depth,
+                                  timeout=args.timeout, include_text=args.include_text)
                         qps[i].append(r["qps"])
                         print(_row(p, c, r, f"`{s.extra}` | "), flush=True)
                 ratios = [b / a for a, b in zip(qps[0], qps[1]) if a > 0]
@@ -247,15 +261,17 @@ def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
     s = servers[0]
     if args.warmup:
         for p in pipelines:
-            drive(s.port, topics, p, max(concurrency), args.warmup, k=args.k, depth=args.depth, timeout=args.timeout)
+            drive(s.port, topics, p, max(concurrency), args.warmup, k=args.k, depth=args.depth,
+                  timeout=args.timeout, include_text=args.include_text)
         s.warm = rss_mib(s.process.pid)
         print(f"RSS after {args.warmup:.0f} s of load per pipeline at {max(concurrency)} callers: {s.warm:.0f} MiB\n")
     s.rss.clear()
-    print("| pipeline | callers | calls | queries/s | p50 ms | p95 ms | p99 ms | codes |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print("| pipeline | callers | calls | OK/s | p50 ms | p95 ms | p99 ms | refused p99 ms | codes |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for p in pipelines:
         for c in concurrency:
-            r = drive(s.port, topics, p, c, args.seconds, k=args.k, depth=args.depth, timeout=args.timeout)
+            r = drive(s.port, topics, p, c, args.seconds, k=args.k, depth=args.depth, timeout=args.timeout,
+                      include_text=args.include_text)
             print(_row(p, c, r), flush=True)
     end = rss_mib(s.process.pid)
     peak = max((m for _, m in s.rss), default=end)

@@ -31,15 +31,16 @@ def test_costs_follow_the_batches_and_the_expected_wait_shares_the_backlog_betwe
     assert costs.of("a") == pytest.approx(0.15)
 
     class Backlog:
-        workers = 2
+        workers, max_batch = 2, 8
 
-        def backlog(self):  # 6 queries of "a" waiting; a batch of 2 of "b" running for 0.1 s of its 0.4
-            return {"a": 6}, [("b", 2, time.monotonic() - 0.1)]
+        def backlog(self):  # 6 queries of "a" and 4 of "b" waiting; a batch of 2 of "b" running for 0.1 s of its 0.4
+            return {"a": 6, "b": 4}, [("b", 2, time.monotonic() - 0.1)]
 
     costs.observe("b", 1, 0.2)
     admission = Admission(Limits(), Backlog(), Metrics(), costs)
-    wait, own = admission.expected("a", 3)
-    assert wait == pytest.approx((6 * 0.15 + (2 * 0.2 - 0.1)) / 2, abs=0.01) and own == pytest.approx(0.45)
+    wait, own = admission.expected("a", 3)  # joins the 6 of "a" waiting: a batch of 8, 1 query left for the next
+    assert wait == pytest.approx((4 * 0.2 + (2 * 0.2 - 0.1) + 1 * 0.15) / 2, abs=0.01)
+    assert own == pytest.approx(8 * 0.15)
     assert admission.expected("c", 1) is None  # never run: no estimate, admitted
 
 
@@ -95,3 +96,26 @@ def test_a_call_without_a_deadline_is_refused_when_it_would_wait_beyond_the_defa
         assert _rejected(s, "budget") == 1
         held.join(10)
         assert c.search("coffee", k=2).hits  # nothing ahead any more
+
+
+def test_a_batch_keeps_the_most_queries_it_can_answer_in_time_and_sheds_the_rest():
+    """The controlled-delay rule of the queue: at a batch's start, queries whose deadline falls before the batch's
+    expected end are taken off unrun (Shed), keeping as many as can be answered in time."""
+    import asyncio
+
+    from weir.service.batching import Item, MicroBatcher, Shed
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        batcher = MicroBatcher(lambda key, items: [i.query for i in items], None, workers=1, cost=lambda key: 0.1)
+        now = time.monotonic()
+        items = [Item("near", deadline=now + 0.15), Item("far", deadline=now + 1.0), Item("none"),
+                 Item("mid", deadline=now + 0.35)]
+        pairs = [(item, loop.create_future()) for item in items]
+        kept = batcher._shed(pairs, "k", now)
+        # by time left: none (inf), far (1.0), mid (0.35 >= 3 x 0.1), near (0.15 < 4 x 0.1): near is shed
+        assert [item.query for item, _ in kept] == ["far", "none", "mid"]
+        assert isinstance(pairs[0][1].exception(), Shed) and "300 ms" in str(pairs[0][1].exception())
+        assert MicroBatcher(None, None, workers=1)._shed(pairs[1:], "k", now) == pairs[1:]  # no estimate: all kept
+
+    asyncio.run(main())

@@ -24,7 +24,7 @@ from collections.abc import Hashable, Sequence
 
 import grpc
 
-from weir.service.batching import Abandoned, Item, MicroBatcher
+from weir.service.batching import Abandoned, Item, MicroBatcher, Shed
 from weir.service.config import Limits
 from weir.service.failures import Failure
 from weir.service.metrics import Metrics
@@ -82,6 +82,12 @@ class Admission:
         self.metrics.in_flight.set(self.admitted)
         try:
             return await asyncio.wait_for(self.batcher.submit(key, items), timeout=remaining)
+        except Shed as shed:
+            for item in items:
+                item.abandoned.set()
+            self.metrics.rejected.labels("shed").inc()
+            raise Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, f"taken off the queue unrun: {shed}; retry later",
+                          pushback_ms=max(1, round(shed.expected * 1000))) from None
         except (asyncio.TimeoutError, Abandoned):
             for item in items:
                 item.abandoned.set()
@@ -94,31 +100,41 @@ class Admission:
                 self.idle.set()
 
     def expected(self, key: Hashable, queries: int) -> tuple[float, float] | None:
-        """(seconds until a call of ``queries`` queries of ``key`` would start, seconds it would then take), from
-        :class:`Costs`; None when ``key`` has no estimate yet."""
+        """(seconds until a call of ``queries`` queries of ``key`` would start, seconds its batch would then take),
+        from :class:`Costs`; None when ``key`` has no estimate yet. The call joins the batch of the queries of its
+        key already waiting (up to ``max_batch``; those beyond wait with the rest), after the work of other keys
+        waiting and what runs, shared by the workers."""
         own = self.costs.of(key)
         if own is None:
             return None
         waiting, running = self.batcher.backlog()
-        now = time.monotonic()
-        work = sum(n * (self.costs.of(k) or own) for k, n in waiting.items())
+        now, workers, max_batch = time.monotonic(), self.batcher.workers, self.batcher.max_batch
+        work = sum(n * (self.costs.of(k) or own) for k, n in waiting.items() if k != key)
         work += sum(max(0.0, n * (self.costs.of(k) or own) - (now - started)) for k, n, started in running)
-        return work / self.batcher.workers, queries * own
+        together = waiting.get(key, 0) + queries
+        work += max(0, together - max_batch) * own
+        return work / workers, min(together, max_batch) * own
 
     def check_time(self, key: Hashable, queries: int, remaining: float | None) -> None:
         """Failure(RESOURCE_EXHAUSTED, with a retry pushback) when the call would not be answered within
-        ``remaining`` seconds, or, without a deadline, would wait longer than ``default_budget_ms`` to start."""
+        ``remaining`` seconds, or would make the batch it joins end after the deadline of a query already waiting
+        in it (first come, first served: the newcomer is refused at once rather than a waiting query shed later),
+        or, without a deadline, would wait longer than ``default_budget_ms`` to start."""
         expected = self.expected(key, queries)
         if expected is None:
             return
         wait, own = expected
-        needed, budget = (wait + own, remaining) if remaining is not None else \
-            (wait, self.limits.default_budget_ms / 1000)
         self.metrics.expected_wait.set(wait)
+        if remaining is None:
+            needed, budget, what = wait, self.limits.default_budget_ms / 1000, "the budget of a call without a deadline"
+        else:
+            needed, budget, what = wait + own, remaining, "its deadline"
+            earliest = self.batcher.earliest_deadline(key)
+            if earliest is not None and earliest - time.monotonic() < budget:
+                budget, what = earliest - time.monotonic(), "the deadline of a query waiting for the same batch"
         if needed <= budget:
             return
         self.metrics.rejected.labels("deadline" if remaining is not None else "budget").inc()
-        what = "its deadline" if remaining is not None else "the budget of a call without a deadline"
         raise Failure(grpc.StatusCode.RESOURCE_EXHAUSTED,
                       f"the server would answer in about {needed * 1000:.0f} ms ({wait * 1000:.0f} ms waiting for "
                       f"work ahead of it), after {what} ({budget * 1000:.0f} ms); retry later",

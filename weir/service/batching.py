@@ -37,11 +37,22 @@ class Abandoned(Exception):
     """A query's caller went away or its deadline passed before its batch finished: its work stopped."""
 
 
+class Shed(Exception):
+    """A query taken off the queue unrun: its batch, by the server's estimate, would finish after its deadline."""
+
+    def __init__(self, expected: float, remaining: float):
+        super().__init__(f"its batch would take about {expected * 1000:.0f} ms and its deadline is "
+                         f"{remaining * 1000:.0f} ms away")
+        self.expected, self.remaining = expected, remaining
+
+
 # run(key, items) -> one result (or exception) per item, on a worker thread
 RunBatch = Callable[[Hashable, list[Item]], Sequence[object]]
-# on_start(key, items, now) as a batch starts; on_done(key, queries answered, seconds) when it has finished
+# on_start(key, items, now) as a batch starts; on_done(key, queries answered, seconds) when it has finished;
+# cost(key) -> the expected seconds a query of key takes in a batch (None: no estimate)
 OnStart = Callable[[Hashable, list[Item], float], None]
 OnDone = Callable[[Hashable, int, float], None]
+Cost = Callable[[Hashable], "float | None"]
 
 
 class MicroBatcher:
@@ -51,10 +62,11 @@ class MicroBatcher:
     load batches grow instead of queueing one by one."""
 
     def __init__(self, run: RunBatch, executor: Executor, *, workers: int, max_batch: int = 16,
-                 max_wait: float = 0.002, on_start: OnStart | None = None, on_done: OnDone | None = None):
+                 max_wait: float = 0.002, on_start: OnStart | None = None, on_done: OnDone | None = None,
+                 cost: Cost | None = None):
         self.run, self.executor, self.workers = run, executor, workers
         self.max_batch, self.max_wait = max_batch, max_wait
-        self.on_start, self.on_done = on_start, on_done
+        self.on_start, self.on_done, self.cost = on_start, on_done, cost
         self._pending: dict[Hashable, list[tuple[Item, asyncio.Future]]] = {}
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self._ready: dict[Hashable, None] = {}  # keys whose queries may start, oldest first
@@ -68,6 +80,12 @@ class MicroBatcher:
     def backlog(self) -> tuple[dict[Hashable, int], list[tuple[Hashable, int, float]]]:
         """What is waiting (queries per key) and what runs ((key, queries, started) per batch)."""
         return {key: len(p) for key, p in self._pending.items() if p}, list(self._running.values())
+
+    def earliest_deadline(self, key: Hashable) -> float | None:
+        """The nearest deadline of the queries of ``key`` waiting (None: none waits with one)."""
+        deadlines = [item.deadline for item, future in self._pending.get(key, ()) if item.deadline is not None
+                     and not future.done()]
+        return min(deadlines, default=None)
 
     async def submit(self, key: Hashable, items: Sequence[Item]) -> list[object]:
         """The results of ``items`` (in order), each run in a batch with other queries of the same ``key``. An
@@ -110,9 +128,27 @@ class MicroBatcher:
             for item, future in batch:
                 if not future.done() and not item.wanted(now):  # the caller has gone, or its deadline passed
                     future.set_exception(Abandoned())
-            batch = [(item, future) for item, future in batch if not future.done()]
+            batch = self._shed([(item, future) for item, future in batch if not future.done()], key, now)
             if batch:
                 self._start(key, batch)
+
+    def _shed(self, batch: list[tuple[Item, asyncio.Future]], key: Hashable, now: float) -> list:
+        """``batch`` without the queries that, by ``cost``, it would answer after their deadline (each told
+        :class:`Shed`): the most queries whose deadlines all fall after the batch's expected end, so that a batch is
+        what the server can still do in time, not work for answers nobody waits for."""
+        per_query = self.cost(key) if self.cost is not None else None
+        if per_query is None:
+            return batch
+        left = sorted(((item.deadline - now if item.deadline is not None else float("inf")), n)
+                      for n, (item, _) in enumerate(batch))[::-1]  # the most time left first
+        keep = 0
+        while keep < len(left) and left[keep][0] >= per_query * (keep + 1):
+            keep += 1
+        kept = {n for _, n in left[:keep]}
+        for n, (item, future) in enumerate(batch):
+            if n not in kept:
+                future.set_exception(Shed(per_query * keep if keep else per_query, item.deadline - now))
+        return [pair for n, pair in enumerate(batch) if n in kept]
 
     def _start(self, key: Hashable, batch: list[tuple[Item, asyncio.Future]]) -> None:
         loop = asyncio.get_running_loop()

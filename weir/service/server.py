@@ -79,7 +79,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         costs = Costs()
         self.batcher = MicroBatcher(self._run_batch, self.executor, workers=config.workers,
                                     max_batch=config.batching.max_batch, max_wait=config.batching.max_wait_ms / 1000,
-                                    on_start=self._started, on_done=costs.observe)
+                                    on_start=self._started, on_done=costs.observe, cost=costs.of)
         self.admission = Admission(config.limits, self.batcher, metrics, costs)
 
     def _started(self, key, items: list[Item], now: float) -> None:
