@@ -33,6 +33,12 @@ def test_costs_follow_the_batches_and_the_expected_wait_shares_the_backlog_betwe
     class Backlog:
         workers, max_batch = 2, 8
 
+        def lane(self, key):
+            return ""
+
+        def workers_of(self, key):
+            return self.workers
+
         def backlog(self):  # 6 queries of "a" and 4 of "b" waiting; a batch of 2 of "b" running for 0.1 s of its 0.4
             return {"a": 6, "b": 4}, [("b", 2, time.monotonic() - 0.1)]
 
@@ -119,3 +125,34 @@ def test_a_batch_keeps_the_most_queries_it_can_answer_in_time_and_sheds_the_rest
         assert MicroBatcher(None, None, workers=1)._shed(pairs[1:], "k", now) == pairs[1:]  # no estimate: all kept
 
     asyncio.run(main())
+
+
+def test_a_flood_of_an_expensive_pipeline_leaves_the_cheap_ones_their_own_workers(small_index):
+    """Lanes: with bm25>>ltr the expensive lane (one worker), its batches held, queued ones waiting, bm25 is answered
+    at once on the default lane's workers."""
+    config = _config(small_index, pipelines=["bm25", "bm25>>ltr"],
+                     batching={"expensive": ["ltr"], "expensive_workers": 1, "max_batch": 1})
+    assert config.batching.lane("bm25>>ltr") == "expensive" and config.batching.lane("bm25") == ""
+    with BackgroundServer(config) as s, SearchClient(f"127.0.0.1:{s.port}") as c:
+        batcher, release, held = s.server.service.batcher, threading.Event(), threading.Semaphore(0)
+        run = batcher.run
+
+        def gated(key, items):
+            if key[0] == "bm25>>ltr":
+                held.release()
+                release.wait(30)
+            return run(key, items)
+
+        batcher.run = gated
+        flood = [threading.Thread(target=lambda: c.search("coffee", k=2, pipeline="bm25>>ltr")) for _ in range(3)]
+        for t in flood:
+            t.start()
+        assert held.acquire(timeout=10)  # one expensive batch runs (held); the others wait for the lane's worker
+        time.sleep(0.2)
+        assert batcher.running == 1 and batcher.queued >= 1
+        start = time.perf_counter()
+        assert c.search("coffee", k=2).hits
+        assert time.perf_counter() - start < 2.0  # not behind the expensive batches
+        release.set()
+        for t in flood:
+            t.join(30)

@@ -103,14 +103,17 @@ class Admission:
         """(seconds until a call of ``queries`` queries of ``key`` would start, seconds its batch would then take),
         from :class:`Costs`; None when ``key`` has no estimate yet. The call joins the batch of the queries of its
         key already waiting (up to ``max_batch``; those beyond wait with the rest), after the work of other keys
-        waiting and what runs, shared by the workers."""
+        waiting and what runs in its lane, shared by the lane's workers."""
         own = self.costs.of(key)
         if own is None:
             return None
         waiting, running = self.batcher.backlog()
-        now, workers, max_batch = time.monotonic(), self.batcher.workers, self.batcher.max_batch
+        lane, now, max_batch = self.batcher.lane(key), time.monotonic(), self.batcher.max_batch
+        workers = self.batcher.workers_of(key)
+        waiting = {k: n for k, n in waiting.items() if self.batcher.lane(k) == lane}  # other lanes: other workers
         work = sum(n * (self.costs.of(k) or own) for k, n in waiting.items() if k != key)
-        work += sum(max(0.0, n * (self.costs.of(k) or own) - (now - started)) for k, n, started in running)
+        work += sum(max(0.0, n * (self.costs.of(k) or own) - (now - started)) for k, n, started in running
+                    if self.batcher.lane(k) == lane)
         together = waiting.get(key, 0) + queries
         work += max(0, together - max_batch) * own
         return work / workers, min(together, max_batch) * own

@@ -56,15 +56,20 @@ Cost = Callable[[Hashable], "float | None"]
 
 
 class MicroBatcher:
-    """Batches of at most ``max_batch`` queries per key, started on at most ``workers`` threads at once: a key's
+    """Batches of at most ``max_batch`` queries per key, started on at most ``workers`` threads at once (per lane:
+    ``lane(key)`` names a key's lane, ``lanes`` the workers of each lane other than the default one): a key's
     queries are ready when ``max_batch`` of them wait or the first has waited ``max_wait``; a ready batch starts as
     soon as a worker is free, taking every query of its key waiting by then (up to ``max_batch``), so that under
     load batches grow instead of queueing one by one."""
 
     def __init__(self, run: RunBatch, executor: Executor, *, workers: int, max_batch: int = 16,
                  max_wait: float = 0.002, on_start: OnStart | None = None, on_done: OnDone | None = None,
-                 cost: Cost | None = None):
+                 cost: Cost | None = None, lanes: dict[str, int] | None = None,
+                 lane: Callable[[Hashable], str] | None = None):
         self.run, self.executor, self.workers = run, executor, workers
+        self.lanes = {"": workers, **(lanes or {})}  # workers per lane; "" the default lane
+        self.lane = lane or (lambda key: "")
+        self._lane_running = {name: 0 for name in self.lanes}
         self.max_batch, self.max_wait = max_batch, max_wait
         self.on_start, self.on_done, self.cost = on_start, on_done, cost
         self._pending: dict[Hashable, list[tuple[Item, asyncio.Future]]] = {}
@@ -115,10 +120,21 @@ class MicroBatcher:
         self._ready[key] = None
         self._dispatch()
 
+    def workers_of(self, key: Hashable) -> int:
+        """The workers of ``key``'s lane."""
+        return self.lanes[self.lane(key)]
+
+    def _free(self) -> Hashable | None:
+        """The oldest ready key whose lane has a free worker (None: none)."""
+        for key in self._ready:
+            lane = self.lane(key)
+            if self._lane_running[lane] < self.lanes[lane]:
+                return key
+        return None
+
     def _dispatch(self) -> None:
-        """Start ready batches while workers are free."""
-        while self.running < self.workers and self._ready:
-            key = next(iter(self._ready))
+        """Start ready batches while their lanes have free workers."""
+        while (key := self._free()) is not None:
             pending = self._pending.get(key, [])
             batch, pending[:] = pending[:self.max_batch], pending[self.max_batch:]
             if not pending:
@@ -153,6 +169,8 @@ class MicroBatcher:
     def _start(self, key: Hashable, batch: list[tuple[Item, asyncio.Future]]) -> None:
         loop = asyncio.get_running_loop()
         self.running += 1
+        lane = self.lane(key)
+        self._lane_running[lane] += 1
         items, started = [item for item, _ in batch], time.monotonic()
         if self.on_start is not None:
             self.on_start(key, items, started)
@@ -161,6 +179,7 @@ class MicroBatcher:
 
         def deliver(done: asyncio.Future) -> None:
             self.running -= 1
+            self._lane_running[lane] -= 1
             del self._running[id(work)]
             error = done.exception()
             results = None if error is not None else done.result()

@@ -22,6 +22,8 @@ default_budget_ms = 10000          # a call without a deadline that would wait l
 [batching]
 max_batch = 16                     # queries of one pipeline run together at most
 max_wait_ms = 2.0                  # how long the first query of a batch waits for others
+expensive = ["attention", "crossencoder"]   # a pipeline with one of these stages runs in a lane of its own...
+expensive_workers = 1              # ...on these threads, so that a flood of it does not hold up the others
 
 [tls]
 cert = "server.crt"
@@ -88,10 +90,18 @@ class Limits:
 class Batching:
     max_batch: int = 16
     max_wait_ms: float = 2.0
+    expensive: tuple[str, ...] = ("attention", "crossencoder")
+    expensive_workers: int = 1
 
     def __post_init__(self):
-        if self.max_batch < 1 or self.max_wait_ms < 0:
-            raise InputError(f"batching needs max_batch >= 1 and max_wait_ms >= 0 (got {self})")
+        if self.max_batch < 1 or self.max_wait_ms < 0 or self.expensive_workers < 1:
+            raise InputError(f"batching needs max_batch >= 1, max_wait_ms >= 0 and expensive_workers >= 1 (got {self})")
+        object.__setattr__(self, "expensive", tuple(self.expensive))
+
+    def lane(self, pipeline: str) -> str:
+        """``"expensive"`` for a pipeline with a stage of :attr:`expensive`, else the default lane ``""``."""
+        stages = {part.split("[", 1)[0].strip() for part in pipeline.replace("+", ">>").split(">>")}
+        return "expensive" if stages & set(self.expensive) else ""
 
 
 @dataclass(frozen=True)

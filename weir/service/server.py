@@ -75,11 +75,15 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
     def _start(self, config: ServiceConfig, metrics: Metrics, allowed: tuple[str, ...], thread_prefix: str) -> None:
         """What every servicer runs its batches with: the worker threads, the micro-batcher, the admission."""
         self.config, self.limits, self.metrics, self.allowed = config, config.limits, metrics, allowed
-        self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix=thread_prefix)
+        batching = config.batching
+        self.executor = ThreadPoolExecutor(max_workers=config.workers + batching.expensive_workers,
+                                           thread_name_prefix=thread_prefix)
         costs = Costs()
         self.batcher = MicroBatcher(self._run_batch, self.executor, workers=config.workers,
-                                    max_batch=config.batching.max_batch, max_wait=config.batching.max_wait_ms / 1000,
-                                    on_start=self._started, on_done=costs.observe, cost=costs.of)
+                                    max_batch=batching.max_batch, max_wait=batching.max_wait_ms / 1000,
+                                    on_start=self._started, on_done=costs.observe, cost=costs.of,
+                                    lanes={"expensive": batching.expensive_workers},
+                                    lane=lambda key: batching.lane(key[0]))
         self.admission = Admission(config.limits, self.batcher, metrics, costs)
 
     def _started(self, key, items: list[Item], now: float) -> None:
