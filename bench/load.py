@@ -149,6 +149,21 @@ def drive(port: int, topics: list[str], pipeline: str, concurrency: int, seconds
             "refused_p99": percentile(refused, 99) if refused else float("nan")}
 
 
+def flooded(args, port: int, topics: list[str], measure):
+    """``measure()`` while the flood of ``--flood`` runs against the same server; its result, after the flood's row."""
+    if not args.flood:
+        return measure()
+    pipeline, callers, deadline = args.flood.rsplit(":", 2)
+    box: dict = {}
+    flood = threading.Thread(target=lambda: box.update(r=drive(port, topics, pipeline, int(callers), args.seconds,
+                                                               k=10, depth=args.depth, timeout=float(deadline))))
+    flood.start()
+    result = measure()
+    flood.join()
+    print(_row(f"(flood) {pipeline}", callers, box["r"]), flush=True)
+    return result
+
+
 def _row(pipeline, c, r, extra="") -> str:
     codes = ", ".join(f"{k} {v}" for k, v in sorted(r["codes"].items()))
     if r["late"]:
@@ -169,6 +184,9 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=0, help="reranking depth (default: the pipeline's)")
     ap.add_argument("--timeout", type=float, default=10.0, help="each call's deadline in seconds (default 10)")
     ap.add_argument("--include-text", action="store_true", help="ask for the hits' titles and texts")
+    ap.add_argument("--flood", help="PIPELINE:CALLERS:DEADLINE_S, e.g. 'bm25>>attention:32:1': that many callers of "
+                    "that pipeline (k 10, --depth) at the same time as every measured cell; their row is printed too "
+                    "(isolation between pipelines)")
     ap.add_argument("--server-args", default="", help="extra `weir serve` flags")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two sets of extra `weir serve` flags: run both "
                     "servers side by side, alternating rounds, and report the queries/s ratio B/A")
@@ -232,7 +250,7 @@ def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
     for s in servers:
         rest = rss_mib(s.process.pid)
         with SearchClient(f"127.0.0.1:{s.port}", timeout=120) as c:
-            for p in pipelines:
+            for p in pipelines + ([args.flood.rsplit(":", 2)[0]] if args.flood else []):
                 for q in topics[:20]:
                     c.search(q, k=args.k, pipeline=p, depth=args.depth)
         s.warm = rss_mib(s.process.pid)
@@ -249,8 +267,9 @@ def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
                 qps = {0: [], 1: []}
                 for _ in range(args.rounds):
                     for i, s in enumerate(servers):
-                        r = drive(s.port, topics, p, c, args.seconds, k=args.k, depth=args.depth,
-                                  timeout=args.timeout, include_text=args.include_text)
+                        r = flooded(args, s.port, topics, lambda: drive(
+                            s.port, topics, p, c, args.seconds, k=args.k, depth=args.depth, timeout=args.timeout,
+                            include_text=args.include_text))
                         qps[i].append(r["qps"])
                         print(_row(p, c, r, f"`{s.extra}` | "), flush=True)
                 ratios = [b / a for a, b in zip(qps[0], qps[1]) if a > 0]
@@ -270,8 +289,9 @@ def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for p in pipelines:
         for c in concurrency:
-            r = drive(s.port, topics, p, c, args.seconds, k=args.k, depth=args.depth, timeout=args.timeout,
-                      include_text=args.include_text)
+            r = flooded(args, s.port, topics, lambda: drive(s.port, topics, p, c, args.seconds, k=args.k,
+                                                             depth=args.depth, timeout=args.timeout,
+                                                             include_text=args.include_text))
             print(_row(p, c, r), flush=True)
     end = rss_mib(s.process.pid)
     peak = max((m for _, m in s.rss), default=end)

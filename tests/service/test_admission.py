@@ -48,6 +48,10 @@ def test_costs_follow_the_batches_and_the_expected_wait_shares_the_backlog_betwe
     assert wait == pytest.approx((4 * 0.2 + (2 * 0.2 - 0.1) + 1 * 0.15) / 2, abs=0.01)
     assert own == pytest.approx(8 * 0.15)
     assert admission.expected("c", 1) is None  # never run: no estimate, admitted
+    stale = Costs(max_age=0.05)
+    stale.observe("a", 1, 5.0)
+    time.sleep(0.1)
+    assert stale.of("a") is None  # not renewed: forgotten, so that the next calls are measured again
 
 
 class _Slow:

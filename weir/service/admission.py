@@ -33,20 +33,23 @@ from weir.service.metrics import Metrics
 class Costs:
     """Seconds per answered query of each batch key, from the server's own batches: an exponentially weighted mean
     (weight ``alpha`` to the newest batch) of a batch's wall time over the queries it answered. A batch's time is
-    shared by its queries, so under load, when batches grow, a query costs less: the estimate follows."""
+    shared by its queries, so under load, when batches grow, a query costs less: the estimate follows. An estimate
+    not renewed for ``max_age`` seconds is forgotten (the next calls are admitted and measured): a cost estimated
+    too high, which would refuse every call and so never be measured again, lasts that long at most."""
 
-    def __init__(self, alpha: float = 0.3):
-        self.alpha = alpha
-        self._per_query: dict[Hashable, float] = {}
+    def __init__(self, alpha: float = 0.3, max_age: float = 10.0):
+        self.alpha, self.max_age = alpha, max_age
+        self._per_query: dict[Hashable, tuple[float, float]] = {}  # key -> (seconds a query, when last renewed)
 
     def observe(self, key: Hashable, queries: int, seconds: float) -> None:
-        value = seconds / queries
-        old = self._per_query.get(key)
-        self._per_query[key] = value if old is None else old + self.alpha * (value - old)
+        value, now = seconds / queries, time.monotonic()
+        old = self.of(key)
+        self._per_query[key] = (value if old is None else old + self.alpha * (value - old), now)
 
     def of(self, key: Hashable) -> float | None:
-        """The estimate for ``key`` (None: no batch of it has finished yet)."""
-        return self._per_query.get(key)
+        """The estimate for ``key`` (None: no batch of it has finished in the last ``max_age`` seconds)."""
+        value, renewed = self._per_query.get(key, (None, 0.0))
+        return value if value is not None and time.monotonic() - renewed <= self.max_age else None
 
 
 class Admission:

@@ -48,7 +48,8 @@ class Shed(Exception):
 
 # run(key, items) -> one result (or exception) per item, on a worker thread
 RunBatch = Callable[[Hashable, list[Item]], Sequence[object]]
-# on_start(key, items, now) as a batch starts; on_done(key, queries answered, seconds) when it has finished;
+# on_start(key, items, now) as a batch starts; on_done(key, queries answered (all when none), seconds) when it has
+# finished;
 # cost(key) -> the expected seconds a query of key takes in a batch (None: no estimate)
 OnStart = Callable[[Hashable, list[Item], float], None]
 OnDone = Callable[[Hashable, int, float], None]
@@ -184,8 +185,9 @@ class MicroBatcher:
             error = done.exception()
             results = None if error is not None else done.result()
             answered = 0 if results is None else sum(not isinstance(r, BaseException) for r in results)
-            if self.on_done is not None and answered:  # a batch its callers left stopped early: not its cost
-                self.on_done(key, answered, time.monotonic() - started)
+            if self.on_done is not None and results is not None:
+                # a batch whose callers all left stopped early: its time shared by all its queries, a lower bound
+                self.on_done(key, answered or len(items), time.monotonic() - started)
             for i, (_, future) in enumerate(batch):
                 if future.done():
                     continue
