@@ -12,6 +12,8 @@ asked round-robin. The server's RSS is read from /proc every second.
     python bench/load.py --index indexes/scifact --pipelines bm25,hybrid>>ltr --seconds 15 --in-process  # no gRPC
     python bench/load.py --index indexes/scifact --pipelines bm25,hybrid>>ltr --concurrency 32 --seconds 60 \\
         --rss-every 5                                             # the 60 s soak: errors and RSS drift
+    python bench/load.py --index indexes/scifact --pipelines bm25 -k 1000 --include-text --timeout 0.2 \\
+        --offered 0.5,1,2,4,8 --plot goodput.png                 # goodput against offered load (an open loop)
 
 Loopback only, bounded in time: each phase ends after --seconds; client processes are joined or killed.
 
@@ -43,134 +45,13 @@ is missed: about 2% of refusals are sheds taken off the queue after waiting, and
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
-import re
-import shlex
 import statistics
-import subprocess
-import sys
 import threading
 import time
-from collections import Counter
-from pathlib import Path
 
-from _common import COLLECTIONS, ROOT, percentile, stop
-
-WEIR = str(Path(sys.executable).parent / "weir")
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-class Served:
-    """A `weir serve` process on loopback; its port is read from its first line of output."""
-
-    def __init__(self, index: str, extra: str = "", weir: str = WEIR):
-        cmd = [*shlex.split(weir), "serve", "--index", index, "--port", "0", *shlex.split(extra)]
-        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
-        line = self.process.stdout.readline()
-        match = re.search(r"127\.0\.0\.1:(\d+)$", line.strip())
-        if not match:
-            self.process.kill()
-            raise SystemExit(f"weir serve did not start: {line!r}")
-        self.port, self.extra = int(match.group(1)), extra or ("defaults" if weir == WEIR else weir[-40:])
-        self.rss: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        threading.Thread(target=self._sample, daemon=True).start()
-
-    def _sample(self, every: float = 1.0) -> None:
-        start = time.monotonic()
-        while not self._stop.wait(every):
-            try:
-                self.rss.append((time.monotonic() - start, rss_mib(self.process.pid)))
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self._stop.set()
-        stop(self.process, 30)
-
-
-def _client(port, topics, pipeline, k, depth, threads, offset, stride, start_at, until, timeout, out,
-            include_text=False):
-    """One client process: ``threads`` callers from the monotonic time ``start_at`` (shared by all processes) to
-    ``until``; (latency s, code) per call. A caller told RESOURCE_EXHAUSTED with a retry pushback waits that long
-    (gRPC's server pushback) before its next call, as a gRPC client's retry policy does."""
-    import grpc
-
-    sys.path.insert(0, str(ROOT))
-    from weir.service.client import SearchClient
-
-    records, lock = [], threading.Lock()
-
-    def caller(t: int) -> None:
-        mine = []
-        with SearchClient(f"127.0.0.1:{port}", timeout=timeout) as c:
-            c.wait_ready(30)
-            time.sleep(max(0.0, start_at - time.monotonic()))
-            i = offset + t * stride
-            while time.monotonic() < until:
-                q = topics[i % len(topics)]
-                i += stride * threads
-                start = time.perf_counter()
-                pushback = 0.0
-                try:
-                    c.search(q, k=k, pipeline=pipeline, depth=depth, include_text=include_text)
-                    code = "OK"
-                except grpc.RpcError as e:
-                    code = e.code().name
-                    pushback = int(dict(e.trailing_metadata() or ()).get("grpc-retry-pushback-ms", 0)) / 1000
-                mine.append((time.perf_counter() - start, code))
-                if pushback:
-                    time.sleep(min(pushback, max(0.0, until - time.monotonic())))
-        with lock:
-            records.extend(mine)
-
-    workers = [threading.Thread(target=caller, args=(t,)) for t in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    out.put(records)
-
-
-def drive(port: int, topics: list[str], pipeline: str, concurrency: int, seconds: float, *, k: int, depth: int,
-          timeout: float, include_text: bool = False) -> dict:
-    """``concurrency`` callers for ``seconds``; queries/s (OK answers: within their deadline, since a late one is not
-    OK), latency percentiles (ms) of OK calls and p99 of refused (RESOURCE_EXHAUSTED) ones, codes."""
-    processes = min(concurrency, 4)
-    share = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
-    queue = mp.get_context("spawn").Queue()
-    start_at = time.monotonic() + 5  # client processes take a few seconds to start
-    until = start_at + seconds
-    procs, offset = [], 0
-    for threads in share:
-        p = mp.get_context("spawn").Process(target=_client, args=(port, topics, pipeline, k, depth, threads, offset,
-                                                                   1, start_at, until, timeout, queue, include_text))
-        p.start()
-        procs.append(p)
-        offset += threads
-    records = []
-    for _ in procs:
-        records += queue.get(timeout=seconds + 120)
-    for p in procs:
-        p.join(10)
-        if p.is_alive():
-            p.kill()
-    ok = [lat * 1000 for lat, code in records if code == "OK"]
-    refused = [lat * 1000 for lat, code in records if code == "RESOURCE_EXHAUSTED"]
-    codes = Counter(code for _, code in records)
-    late = sum(lat > timeout for lat, code in records if code == "OK")  # an OK after its deadline: none expected
-    return {"calls": len(records), "qps": len(ok) / seconds, "codes": dict(codes), "late": late,
-            "p50": statistics.median(ok) if ok else float("nan"), "p95": percentile(ok, 95) if ok else float("nan"),
-            "p99": percentile(ok, 99) if ok else float("nan"),
-            "refused_p99": percentile(refused, 99) if refused else float("nan")}
+from _common import COLLECTIONS
+from _load import WEIR, Served, drive, offered, rss_mib
 
 
 def flooded(args, port: int, topics: list[str], measure):
@@ -208,6 +89,10 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=0, help="reranking depth (default: the pipeline's)")
     ap.add_argument("--timeout", type=float, default=10.0, help="each call's deadline in seconds (default 10)")
     ap.add_argument("--include-text", action="store_true", help="ask for the hits' titles and texts")
+    ap.add_argument("--offered", help="multiples of the capacity measured with one caller, e.g. 0.5,1,2,4,8: an open "
+                    "loop at each (calls at a fixed rate, whatever the answers), goodput against offered load; "
+                    "with --compare, for both servers in turn")
+    ap.add_argument("--plot", help="with --offered: a PNG of goodput against offered load")
     ap.add_argument("--flood", help="PIPELINE:CALLERS:DEADLINE_S, e.g. 'bm25>>attention:32:1': that many callers of "
                     "that pipeline (k 10, --depth) at the same time as every measured cell; their row is printed too "
                     "(isolation between pipelines)")
@@ -268,6 +153,45 @@ def in_process(args, topics: list[str], pipelines: list[str]) -> None:
               f"all {len(queries)} topics in one call {batch:.1f} queries/s")
 
 
+def _offered_sweep(args, servers: list[Served], topics: list[str], pipelines: list[str]) -> None:
+    """Goodput (OK answers within the deadline, a second) against offered load, per pipeline and server: capacity
+    first (one closed-loop caller), then an open loop at each multiple of it."""
+    multiples = [float(m) for m in args.offered.split(",")]
+    print("| pipeline | server | offered (x capacity) | offered/s | OK/s | OK/s / capacity | p50 ms | p99 ms | "
+          "refused p99 ms | codes |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    curves: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    options = dict(k=args.k, depth=args.depth, timeout=args.timeout, include_text=args.include_text)
+    for p in pipelines:
+        capacity = {s.extra: drive(s.port, topics, p, 1, args.seconds, **options)["qps"] for s in servers}
+        for m in multiples:
+            for s in servers:
+                r = offered(s.port, topics, p, m * capacity[s.extra], args.seconds, **options)
+                curves.setdefault((p, s.extra), []).append((m, r["qps"] / capacity[s.extra]))
+                codes = ", ".join(f"{c} {n}" for c, n in sorted(r["codes"].items()))
+                print(f"| {p} | `{s.extra}` | {m:g} | {r['offered']:.1f} | {r['qps']:.1f} | "
+                      f"{r['qps'] / capacity[s.extra]:.2f} | {r['p50']:.1f} | {r['p99']:.1f} | "
+                      f"{r['refused_p99']:.1f} | {codes} |", flush=True)
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for (p, extra), points in curves.items():
+            ax.plot(*zip(*points), marker="o", label=f"{p} [{extra[:30]}]")
+        ax.axhline(0.8, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("offered load (x capacity with one caller)")
+        ax.set_ylabel("goodput (x capacity)")
+        ax.set_title(f"goodput under overload, deadline {args.timeout * 1000:.0f} ms")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+        print(f"plot: {args.plot}")
+
+
 def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
     from weir.service.client import SearchClient
 
@@ -280,6 +204,8 @@ def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
         s.warm = rss_mib(s.process.pid)
         print(f"server [{s.extra}] pid {s.process.pid}: RSS {rest:.0f} MiB at rest, {s.warm:.0f} MiB "
               f"after warming {', '.join(pipelines)}", flush=True)
+    if args.offered:
+        return _offered_sweep(args, servers, topics, pipelines)
     print(f"\n{len(topics)} {args.collection} topics round-robin, k={args.k}, depth={args.depth or 'default'}, "
           f"{args.seconds:.0f} s per cell, deadline {args.timeout:.0f} s, {os.cpu_count()} cores shared by server "
           f"and clients\n")

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from _common import COLLECTIONS, ROOT, stop
-from load import drive
+from _load import drive
 
 WEIR = str(Path(sys.executable).parent / "weir")
 NAMESPACE_FLAG = "WEIR_BENCH_IN_NETNS"
