@@ -40,6 +40,11 @@ only, side by side with 454f67b in one `--compare` run; "after, final" is d7350d
 201 calls DEADLINE_EXCEEDED), after (20529b8) 362.6 OK/s, p99 48.1 ms, no error. The refusals' p99 (target 10 ms)
 is missed: about 2% of refusals are sheds taken off the queue after waiting, and 32 client threads share the
 2 cores with the server, so even an immediate refusal is measured late by its caller.
+
+Goodput against offered load (d85ba67, `--offered 0.5,1,2,4,8 --seconds 8 --compare` as above; OK/s over the
+one-caller capacity, before -> after): bm25 k=1000 with text, 200 ms: 2x 0.62 -> 1.17, 4x 0.01 -> 1.13, 8x 0.01 ->
+0.84; hybrid>>ltr k=10, 200 ms: 2x 2.00 -> 1.97, 4x 0.04 -> 1.49, 8x 0.04 -> 1.28; bm25>>attention depth 20, 1 s:
+2x 1.09 -> 1.20, 4x 1.74 -> 1.51, 8x 2.06 -> 2.32. Refusals' p99 there: 67-164 ms, attention 834-964 ms (sheds).
 """
 
 from __future__ import annotations
