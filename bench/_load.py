@@ -151,16 +151,7 @@ def offered(port: int, topics: list[str], pipeline: str, rate: float, seconds: f
     procs = [mp.get_context("spawn").Process(target=_open_client, args=(
         port, topics, pipeline, k, depth, rate / processes, i, processes, start_at, start_at + seconds, timeout,
         queue, include_text)) for i in range(processes)]
-    for p in procs:
-        p.start()
-    records = []
-    for _ in procs:
-        records += queue.get(timeout=seconds + 120)
-    for p in procs:
-        p.join(10)
-        if p.is_alive():
-            p.kill()
-    return {**_figures(records, seconds, timeout), "offered": rate}
+    return {**_figures(_collect(procs, queue, seconds), seconds, timeout), "offered": rate}
 
 
 def drive(port: int, topics: list[str], pipeline: str, concurrency: int, seconds: float, *, k: int, depth: int,
@@ -174,11 +165,16 @@ def drive(port: int, topics: list[str], pipeline: str, concurrency: int, seconds
     until = start_at + seconds
     procs, offset = [], 0
     for threads in share:
-        p = mp.get_context("spawn").Process(target=_client, args=(port, topics, pipeline, k, depth, threads, offset,
-                                                                   1, start_at, until, timeout, queue, include_text))
-        p.start()
-        procs.append(p)
+        procs.append(mp.get_context("spawn").Process(target=_client, args=(
+            port, topics, pipeline, k, depth, threads, offset, 1, start_at, until, timeout, queue, include_text)))
         offset += threads
+    return _figures(_collect(procs, queue, seconds), seconds, timeout)
+
+
+def _collect(procs: list, queue, seconds: float) -> list[tuple[float, str]]:
+    """Start the client processes, gather their records, join them (killed when they do not end)."""
+    for p in procs:
+        p.start()
     records = []
     for _ in procs:
         records += queue.get(timeout=seconds + 120)
@@ -186,7 +182,7 @@ def drive(port: int, topics: list[str], pipeline: str, concurrency: int, seconds
         p.join(10)
         if p.is_alive():
             p.kill()
-    return _figures(records, seconds, timeout)
+    return records
 
 
 def _figures(records: list[tuple[float, str]], seconds: float, timeout: float) -> dict:

@@ -59,16 +59,18 @@ class OpenVinoForward(Forward):
         self.threads = threads or int(os.environ.get("WEIR_TORCH_THREADS", 0)) or cpu_threads()
         self.path, self.record = path, record
         self.dim, self.heads = int(record["dim"]), tuple(tuple(h) for h in record.get("heads", []))
-        core = ov.Core()
-        model = core.read_model(str(path))
-        common = {"INFERENCE_PRECISION_HINT": PRECISION, "INFERENCE_NUM_THREADS": str(self.threads)}
-        self.latency = core.compile_model(model, "CPU", {**common, "NUM_STREAMS": "1", "PERFORMANCE_HINT": "LATENCY"})
-        self.throughput = core.compile_model(model, "CPU", {**common, "NUM_STREAMS": str(self.threads)})
+        self._core = ov.Core()
+        self._model = self._core.read_model(str(path))
+        self.latency = self._compile(NUM_STREAMS="1", PERFORMANCE_HINT="LATENCY")
         self.inputs = [i.get_any_name() for i in self.latency.inputs]
         self.outputs = [o.get_any_name() for o in self.latency.outputs]
         self._local = threading.local()  # one latency request per calling thread (a service's request threads)
-        self._queue = ov.AsyncInferQueue(self.throughput, self.threads)
+        self._queue = None  # the throughput compilation's requests, made at the first batch (queries never need it)
         self._queue_lock = threading.Lock()
+
+    def _compile(self, **config: str):
+        return self._core.compile_model(self._model, "CPU", {"INFERENCE_PRECISION_HINT": PRECISION,
+                                                             "INFERENCE_NUM_THREADS": str(self.threads), **config})
 
     def _feed(self, row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {k: np.ascontiguousarray(row[k], dtype=np.int64) for k in self.inputs}
@@ -89,6 +91,10 @@ class OpenVinoForward(Forward):
             results[i] = {name: request.get_output_tensor(j).data.copy() for j, name in enumerate(self.outputs)}
 
         with self._queue_lock:
+            if self._queue is None:
+                import openvino as ov
+
+                self._queue = ov.AsyncInferQueue(self._compile(NUM_STREAMS=str(self.threads)), self.threads)
             self._queue.set_callback(done)
             for i, row in enumerate(rows):
                 self._queue.start_async(self._feed(row), i)

@@ -70,14 +70,20 @@ class MicroBatcher:
         self.run, self.executor, self.workers = run, executor, workers
         self.lanes = {"": workers, **(lanes or {})}  # workers per lane; "" the default lane
         self.lane = lane or (lambda key: "")
-        self._lane_running = {name: 0 for name in self.lanes}
         self.max_batch, self.max_wait = max_batch, max_wait
         self.on_start, self.on_done, self.cost = on_start, on_done, cost
         self._pending: dict[Hashable, list[tuple[Item, asyncio.Future]]] = {}
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self._ready: dict[Hashable, None] = {}  # keys whose queries may start, oldest first
         self._running: dict[int, tuple[Hashable, int, float]] = {}  # batch -> (key, queries, started)
-        self.running = 0
+
+    @property
+    def running(self) -> int:
+        """Batches running."""
+        return len(self._running)
+
+    def _running_in(self, lane: str) -> int:
+        return sum(self.lane(key) == lane for key, _, _ in self._running.values())
 
     @property
     def queued(self) -> int:
@@ -129,7 +135,7 @@ class MicroBatcher:
         """The oldest ready key whose lane has a free worker (None: none)."""
         for key in self._ready:
             lane = self.lane(key)
-            if self._lane_running[lane] < self.lanes[lane]:
+            if self._running_in(lane) < self.lanes[lane]:
                 return key
         return None
 
@@ -169,9 +175,6 @@ class MicroBatcher:
 
     def _start(self, key: Hashable, batch: list[tuple[Item, asyncio.Future]]) -> None:
         loop = asyncio.get_running_loop()
-        self.running += 1
-        lane = self.lane(key)
-        self._lane_running[lane] += 1
         items, started = [item for item, _ in batch], time.monotonic()
         if self.on_start is not None:
             self.on_start(key, items, started)
@@ -179,8 +182,6 @@ class MicroBatcher:
         self._running[id(work)] = (key, len(items), started)
 
         def deliver(done: asyncio.Future) -> None:
-            self.running -= 1
-            self._lane_running[lane] -= 1
             del self._running[id(work)]
             error = done.exception()
             results = None if error is not None else done.result()

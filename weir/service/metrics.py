@@ -37,8 +37,8 @@ class Metrics:
         self.queued = Gauge("weir_requests_queued", "Queries waiting for a pipeline batch to start.", registry=r)
         self.rejected = Counter("weir_requests_rejected_total", "Requests refused at admission, by reason: "
                                 "overload (the in-flight and queue limit), deadline (it could not be answered in "
-                                "time), budget (no deadline, and a longer wait than the default budget), shed (taken off the "
-                                "queue: its batch would have ended after its deadline).",
+                                "time), budget (no deadline, and a longer wait than the default budget), shed "
+                                "(taken off the queue: its batch would have ended after its deadline).",
                                 ("reason",), registry=r)
         self.queue_delay = Histogram("weir_queue_seconds", "How long a query waited for its batch to start.",
                                      ("pipeline",), buckets=LATENCY_BUCKETS, registry=r)

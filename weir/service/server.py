@@ -6,10 +6,10 @@
 - **Micro-batching** (:mod:`weir.service.batching`): concurrent queries of one pipeline run as one batch.
 - **Bounded** (:mod:`weir.service.admission`). At most ``max_in_flight + max_queued`` requests are admitted; the
   next gets RESOURCE_EXHAUSTED at once, and so does a call that, by the server's own recent batches, would not be
-  answered before its deadline (with ``grpc-retry-pushback-ms``). Deadlines and cancellation are checked before every stage, and abandoned work
-  stops there. Field limits (:mod:`weir.service.validation`: k, depth, query length and distinct words, pipeline
-  names, batch sizes) are INVALID_ARGUMENT with a message that never repeats the input at length; only the
-  configured pipelines are served.
+  answered before its deadline (with ``grpc-retry-pushback-ms``). Deadlines and cancellation are checked before
+  every stage, and abandoned work stops there. Field limits (:mod:`weir.service.validation`: k, depth, query length
+  and distinct words, pipeline names, batch sizes) are INVALID_ARGUMENT with a message that never repeats the input
+  at length; only the configured pipelines are served.
 - **Operable.** Loopback by default, exclusive port (a second server on a taken port exits with an error), optional
   TLS and bearer tokens (:mod:`weir.service.auth`), Prometheus metrics and JSON access logs
   (:mod:`weir.service.metrics`), a JVM heap sized to the index, and on SIGTERM: NOT_SERVING, UNAVAILABLE for new
@@ -22,6 +22,7 @@ Every failure is answered with a status code and a message that names none of th
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -83,7 +84,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                                     max_batch=batching.max_batch, max_wait=batching.max_wait_ms / 1000,
                                     on_start=self._started, on_done=costs.observe, cost=costs.of,
                                     lanes={"expensive": batching.expensive_workers},
-                                    lane=lambda key: batching.lane(key[0]))
+                                    lane=functools.cache(lambda key: batching.lane(key[0])))
         self.admission = Admission(config.limits, self.batcher, metrics, costs)
 
     def _started(self, key, items: list[Item], now: float) -> None:
