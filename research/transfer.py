@@ -26,6 +26,8 @@ Commands (each step a `weir` process; everything under --work, reused when there
 - ``ltr-loco``: for each collection X, an LTR model trained on the other collections' hybrid top-100 (their
   training judgments, as above; indexes with bm25 and dense under --indexes), and `weir experiment` of ``hybrid``
   against ``hybrid>>ltr`` on X; ``--ltr-args`` are the `weir train ltr` options of the variant (``--tag`` names it);
+- ``quality-loco``, ``quality-final``, ``quality-table``: the pruning estimators judged the same way
+  (``research/transfer_quality.py``);
 - ``ltr-final``: that LTR trained on every collection (the shipped default, ``--out-dir``/ltr), and SciFact test;
 - ``ltr-sweep``: the ``ltr-loco`` protocol in one process for several recipes (``--variant``), every collection's
   features computed once (pickled under --work): to compare recipes before confirming one with ``ltr-loco``;
@@ -70,6 +72,7 @@ from transfer_common import COLLECTIONS, PIPELINES, ROOT, SOURCES, evaluate, loc
 from transfer_fusion import fusion_loco
 from transfer_heads import epochs, members, shrinkage
 from transfer_ltr import ltr_final, ltr_loco, ltr_sweep, ltr_table
+from transfer_quality import quality_final, quality_loco, quality_table
 
 
 def cache(args) -> None:
@@ -153,7 +156,8 @@ def table(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=("cache", "loco", "self", "final", "table", "ltr-loco", "ltr-final",
-                                        "ltr-sweep", "fusion-loco", "epochs", "members", "shrinkage"))
+                                        "ltr-sweep", "fusion-loco", "epochs", "members", "shrinkage",
+                                        "quality-loco", "quality-final", "quality-table"))
     ap.add_argument("--indexes", type=Path, default=ROOT / "indexes", help="ltr: an index (bm25, dense) per "
                     "collection, named after it")
     ap.add_argument("--ltr-args", default="", help="ltr: options of `weir train ltr` for the variant (--set KEY=VALUE ...)")
@@ -173,13 +177,20 @@ def main() -> None:
                     "of each of its training collections (--self-supervised C for every --train C; no judgment, and "
                     "never the collection left out); --train-args \"--set pseudo_queries=N\" sizes them")
     ap.add_argument("--out-dir", default=str(ROOT / "weir" / "models"), help="final: where the heads go (<dir>/deepct, ...)")
+    ap.add_argument("--quality-args", default="", help="quality: options of `weir train quality` for the variant")
+    ap.add_argument("--quality-sources", default=",".join(SOURCES), help="quality: the sources estimators train on")
+    ap.add_argument("--quality-fractions", default="0.1,0.25,0.4", help="quality: the fractions pruned")
+    ap.add_argument("--quality-with", default="bm25,dense", help="quality: the swept indexes' components (bm25: BM25 "
+                    "alone; with dense, hybrid too)")
     args = ap.parse_args()
+    args.quality_sources = [c for c in args.quality_sources.split(",") if c]
     args.collections = [c for c in args.collections.split(",") if c]
     args.kinds = [k for k in args.kinds.split(",") if k]
     args.tag = args.tag or args.shape
     {"cache": cache, "loco": loco, "self": self_supervised, "final": final, "table": table, "ltr-loco": ltr_loco,
      "ltr-final": ltr_final, "ltr-sweep": ltr_sweep, "fusion-loco": fusion_loco,
-     "epochs": epochs, "members": members, "shrinkage": shrinkage}[args.command](args)
+     "epochs": epochs, "members": members, "shrinkage": shrinkage, "quality-loco": quality_loco,
+     "quality-final": quality_final, "quality-table": quality_table}[args.command](args)
 
 
 if __name__ == "__main__":

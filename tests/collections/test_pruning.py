@@ -62,6 +62,33 @@ def test_the_sweep_writes_tables_plot_and_equivalence(tmp_path):
     assert json.dumps(again["rows"][2]["stats"]["bm25"]) == json.dumps(stats)
 
 
+def test_random_pruning_over_several_draws_is_each_querys_mean_over_them(tmp_path):
+    """`--random-seeds 3` (ADI, BM25 only): one index per draw, the random row each query's mean over the draws, its
+    first draw the one-draw sweep's; a trained estimator's test against random is against that mean."""
+    from weir.evaluation.pruning import SweepConfig, sweep
+
+    adi = collection("adi")
+
+    def config(out, seed, seeds):
+        return SweepConfig(collection=str(adi), topics=str(adi / "queries.tsv"), qrels=str(adi / "qrels.txt"),
+                           out=str(out), estimators=["length", "random"], fractions=[0.25], components=["bm25"],
+                           pipelines=["bm25"], seed=seed, random_seeds=seeds)
+
+    draws = [sweep(config(tmp_path / f"one{seed}", seed, 1), log=lambda _: None) for seed in (4, 5, 6)]
+    record = sweep(config(tmp_path / "three", 4, 3), log=lambda _: None)
+    rows = {r["estimator"]: r for r in record["rows"]}
+    assert rows["random"]["seeds"] == [4, 5, 6]
+    assert sorted(p.name for p in (tmp_path / "three" / "indexes").iterdir()) == [
+        "length-0.25", "random-0.25", "random-seed5-0.25", "random-seed6-0.25", "unpruned"]
+    singles = [next(r for r in d["rows"] if r["estimator"] == "random")["per_query"]["bm25"] for d in draws]
+    assert len({json.dumps(s, sort_keys=True) for s in singles}) == 3  # three different draws
+    for q, value in rows["random"]["per_query"]["bm25"].items():
+        assert value == pytest.approx(sum(s[q] for s in singles) / 3)
+    stats = rows["length"]["stats"]["bm25"]
+    assert stats["random_mean"] == pytest.approx(sum(rows["random"]["per_query"]["bm25"].values()) / record["queries"])
+    assert "mean over 3 random draws" in (tmp_path / "three" / "sweep.md").read_text()
+
+
 def test_cross_fitting_trains_each_fold_on_the_other_folds_judgments_alone(tmp_path):
     """`weir quality sweep --cross-fit 2` (ADI, BM25 only): the trainer it is given (weir.training.quality.fit) is
     called once per fold with the judgments of the other fold only, and every judged query is answered once."""

@@ -41,7 +41,7 @@ def cmd_sweep(args) -> int:
                          train_options=key_values(args.train_option or [], "--train-option"),
                          remove_identical=args.remove_identical, reuse_vectors=not args.encode_again,
                          skip_empty=args.skip_empty,
-                         seed=args.seed, device=args.device,
+                         seed=args.seed, random_seeds=args.random_seeds, device=args.device,
                          command=["weir"] + args.argv)
     record = sweep(config, log=lambda m: print(m, file=sys.stderr), train_estimator=fit)
     for estimator, by_pipeline in record["largest_equivalent_fraction"].items():
@@ -103,6 +103,9 @@ def add_parsers(sub) -> None:
     w.add_argument("--encode-again", action="store_true", help="encode every pruned index's dense component anew "
                    "(default: copy the unpruned index's vectors of the documents kept; the same vectors, hours less "
                    "on a CPU)")
-    w.add_argument("--seed", type=int, default=0, help="seed of the random estimator")
+    w.add_argument("--seed", type=int, default=0, help="seed of the random estimator (its first draw)")
+    w.add_argument("--random-seeds", type=int, default=1, metavar="N", help="random pruning's row is each query's "
+                   "mean over N draws (seeds SEED..SEED+N-1, an index each): the expected loss of pruning at random, "
+                   "a steadier baseline than one draw on small collections (default 1)")
     w.add_argument("--device", default=None)
     w.set_defaults(func=cmd_sweep)

@@ -5,7 +5,8 @@ For each estimator and each fraction, an index of the collection is built with t
 topics, and every pruned index is compared with the unpruned one, query by query: a paired t-test
 (:func:`weir.evaluation.significance.paired_test`) and a paired two one-sided tests procedure at an equivalence
 margin of ``margin`` times the unpruned mean (:func:`weir.evaluation.significance.equivalence_test`); an estimator
-is also compared with ``random`` at the same fraction. Written: ``sweep.md`` (the tables and, per estimator and
+is also compared with ``random`` at the same fraction (with ``random_seeds=N``, each query's mean over N random draws:
+the expected loss of pruning at random, not one draw's luck). Written: ``sweep.md`` (the tables and, per estimator and
 pipeline, the largest fraction still equivalent), ``sweep.json`` (everything, per query) and ``sweep.png``
 (effectiveness, index size and build time against the fraction pruned).
 
@@ -65,6 +66,7 @@ class SweepConfig:
     skip_empty: bool = False  # leave out empty documents instead of failing (as `weir index build --skip-empty`)
     reuse_vectors: bool = True  # pruned indexes copy the unpruned index's dense vectors instead of encoding again
     seed: int = 0
+    random_seeds: int = 1  # random pruning's row: each query's mean over this many draws (seed, seed + 1, ...)
     fold_seed: int = 13
     device: str | None = None
     command: list[str] = field(default_factory=list)
@@ -105,6 +107,8 @@ def _check(config: SweepConfig) -> None:
                              "directory")
     if config.cross_fit == 1 or config.cross_fit < 0:
         raise InputError(f"--cross-fit needs at least 2 folds (got {config.cross_fit})")
+    if config.random_seeds < 1:
+        raise InputError(f"random pruning needs at least one draw (got --random-seeds {config.random_seeds})")
     if not 0 < config.margin < 1:
         raise InputError(f"the equivalence margin is a share of the unpruned mean, between 0 and 1 (got "
                          f"{config.margin})")
@@ -124,21 +128,23 @@ class Sweep:
         if not self.judged:
             raise InputError(f"none of the topics of {config.topics} is judged in {config.qrels}")
 
-    def index(self, name: str, spec: str | None, fraction: float) -> tuple[Path, dict]:
-        """The index pruned ``fraction`` by ``spec`` (unpruned when None), built once and reused by later sweeps."""
+    def index(self, name: str, spec: str | None, fraction: float, seed: int | None = None) -> tuple[Path, dict]:
+        """The index pruned ``fraction`` by ``spec`` (unpruned when None; ``seed`` of random, default the sweep's),
+        built once and reused by later sweeps."""
         from weir.indexer.build import build_index
         from weir.indexer.index_dir import read_manifest
         from weir.indexer.quality.prune import PruneSpec
 
         c = self.config
         path = self.out / "indexes" / name
-        prune = PruneSpec(spec, fraction=fraction, seed=c.seed) if spec else None
+        prune = PruneSpec(spec, fraction=fraction, seed=c.seed if seed is None else seed) if spec else None
         if (path / "manifest.json").is_file():
             manifest = read_manifest(path)
             same = sorted(manifest["components"]) == sorted(c.components) and (
                 (prune is None and "pruning" not in manifest)
                 or (prune is not None and manifest.get("pruning", {}).get("fraction") == fraction
-                    and manifest["pruning"]["estimator"] == spec))
+                    and manifest["pruning"]["estimator"] == spec
+                    and manifest["pruning"].get("seed", prune.seed) == prune.seed))
             if same:
                 self.log(f"{name}: reusing the index built before")
                 return path, manifest
@@ -199,6 +205,23 @@ class Sweep:
                              device=self.config.device, command=["weir quality sweep (cross-fit)"], log=self.log)
         return str(model)
 
+    def random_draws(self, label: str, fraction: float) -> dict[str, Any]:
+        """Random pruning's row over ``random_seeds`` draws: each query's measure the mean over the draws, the
+        expected effect of pruning at random rather than the luck of one draw (one index per draw)."""
+        c = self.config
+        seeds = [c.seed + i for i in range(c.random_seeds)]
+        per_query: dict[str, dict[str, float]] = {p: {} for p in c.pipelines}
+        costs = []
+        for seed in seeds:
+            name = f"{label}-{fraction:g}" if seed == c.seed else f"{label}-seed{seed}-{fraction:g}"
+            path, manifest = self.index(name, "random", fraction, seed=seed)
+            costs.append(self.cost(manifest))
+            for p, values in self.evaluate(path, self.judged).items():
+                for q, v in values.items():
+                    per_query[p][q] = per_query[p].get(q, 0.0) + v / len(seeds)
+        return {"estimator": label, "spec": "random", "fraction": fraction, "seeds": seeds, **costs[0],
+                "per_query": per_query}
+
     def run(self) -> dict[str, Any]:
         c = self.config
         self.out.mkdir(parents=True, exist_ok=True)
@@ -215,6 +238,9 @@ class Sweep:
         for label, spec in _estimators(c):
             crossed = folds is not None and spec in TRAINABLE
             for fraction in c.fractions:
+                if spec == "random" and c.random_seeds > 1:
+                    record["rows"].append(self.random_draws(label, fraction))
+                    continue
                 if not crossed:
                     path, manifest = self.index(f"{label}-{fraction:g}", spec, fraction)
                     record["rows"].append({"estimator": label, "spec": spec, "fraction": fraction,
@@ -283,7 +309,8 @@ def markdown(record: dict, config: SweepConfig) -> str:
     lines = [f"# Static pruning sweep: {Path(config.collection).name}", "",
              f"{record['queries']} judged topics ({Path(config.topics).name}); {m}; equivalence: TOST at a margin of "
              f"{config.margin:.0%} of the unpruned mean, alpha {config.alpha}; p: paired t-test against the unpruned "
-             "index; vs random: paired t-test against random pruning of the same fraction." +
+             "index; vs random: paired t-test against random pruning of the same fraction" +
+             (f" (each query's mean over {config.random_seeds} random draws)." if config.random_seeds > 1 else ".") +
              (f" Trained estimators cross-fitted over {config.cross_fit} folds of the topics (each query answered by "
               "an estimator that never saw its judgments)." if config.cross_fit else "") +
              (" The pruned indexes' dense vectors are copied from the unpruned index (the same passages, encoded "
