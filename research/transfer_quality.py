@@ -4,8 +4,8 @@ never saw (issue 34).
 - ``quality-loco``: for each collection X, ``learned`` and ``surface`` trained (`weir train quality`) on the training
   judgments of the other sources (``--quality-sources``; ``--quality-args`` are `weir train quality` options of the
   variant, ``--tag`` names it), then `weir quality sweep` of X's evaluation topics with those two models and
-  ``random`` pruning (the mean of five draws) 10%, 25% and 40% (``--quality-fractions``) of X, BM25 and hybrid (``--quality-with bm25``: BM25
-  alone). The unpruned and random indexes of X are shared by every variant (``quality-indexes/X``).
+  ``random`` pruning (the mean of five draws) 10%, 25% and 40% (``--quality-fractions``) of X, BM25 and hybrid
+  (``--quality-with bm25``: BM25 alone). The unpruned and random indexes of X are shared by every variant (``quality-indexes/X``).
 - ``quality-final``: both estimators trained on every source (the shipped defaults, ``--out-dir``/quality-learned
   and quality-surface), and their sweep of SciFact test: the in-domain figure.
 - ``quality-table``: per variant, estimator, collection left out, fraction and pipeline: the share of random pruning's
@@ -50,7 +50,8 @@ def quality_sweep(held: str, models: dict[str, Path], work: Path, args) -> dict:
         run(WEIR + ["quality", "sweep", "--collection", str(c), "--topics", str(c / "queries.tsv"), "--qrels",
                     str(c / "qrels.txt"), "--out", str(work), "--estimators", ",".join(estimators), "--fractions",
                     args.quality_fractions, "--with", ",".join(with_), "--pipelines", ",".join(pipelines),
-                    "--min-rel", str(SOURCES[held][2]), "--skip-empty", "--random-seeds", str(RANDOM_SEEDS)] + SOURCES[held][3], work / "sweep.log")
+                    "--min-rel", str(SOURCES[held][2]), "--skip-empty", "--random-seeds", str(RANDOM_SEEDS)]
+            + SOURCES[held][3], work / "sweep.log")
     return json.loads((work / "sweep.json").read_text())
 
 
@@ -72,8 +73,8 @@ def recovered(record: dict) -> list[dict]:
     """Per trained estimator, fraction and pipeline: the means, the share of random's loss recovered, p vs random."""
     rows = []
     for row in record["rows"][1:]:
-        if row.get("spec") == "random":
-            continue
+        if row.get("spec") == "random" or "random_mean" not in next(iter(row["stats"].values())):
+            continue  # random itself, or a sweep still running (its random rows not there yet)
         for pipeline, s in row["stats"].items():
             unpruned = s["mean"] - s["delta"]
             loss = unpruned - s["random_mean"]

@@ -51,6 +51,7 @@ class QualityTrainConfig:
     negatives: int = 1
     negative_depth: int = 20
     judged_negatives: bool = False  # also draw negatives from the query's judged non-relevant documents
+    balance: bool = False  # within each source, its positives and its negatives weigh half of its share each
     min_rel: int = 1
     val_fraction: float = 0.2
     prune_at: float = 0.25
@@ -151,9 +152,18 @@ def _mean_survival(sources: list[QualityExamples], scores: list[np.ndarray], fra
     return float(np.mean([s.survival(sc, fraction) for s, sc in zip(sources, scores)]))
 
 
-def _example_weights(sources: list[QualityExamples]) -> np.ndarray:
-    """Each source weighs its ``weight`` in the loss, spread evenly over its examples."""
-    return np.concatenate([np.full(len(s.rows), s.spec.weight / len(s.rows)) for s in sources]) * len(sources)
+def _example_weights(sources: list[QualityExamples], balance: bool) -> np.ndarray:
+    """Each source weighs its ``weight`` in the loss, spread evenly over its examples; with ``balance``, half of it
+    over its positives and half over its negatives, so that no source's share of positives (a property of how it
+    was judged, not of its passages) can be learnt from what tells the sources apart (their length, their words)."""
+    if not balance:
+        return np.concatenate([np.full(len(s.rows), s.spec.weight / len(s.rows)) for s in sources]) * len(sources)
+    parts = []
+    for s in sources:
+        positives = s.labels.sum()
+        negatives = len(s.labels) - positives
+        parts.append(np.where(s.labels > 0, 0.5 / positives, 0.5 / negatives) * s.spec.weight)
+    return np.concatenate(parts) * len(sources)
 
 
 def _train_learned(config: QualityTrainConfig, sources: list[QualityExamples], log) -> tuple[dict, dict]:
@@ -170,7 +180,7 @@ def _train_learned(config: QualityTrainConfig, sources: list[QualityExamples], l
     inputs = [head_inputs(s.pooled, s.surface, mean, std) for s in sources]
     X = torch.from_numpy(np.concatenate([x[s.rows] for x, s in zip(inputs, sources)]))
     y = torch.from_numpy(np.concatenate([s.labels for s in sources]).astype(np.float32))
-    w = torch.from_numpy(_example_weights(sources).astype(np.float32))
+    w = torch.from_numpy(_example_weights(sources, config.balance).astype(np.float32))
     torch.manual_seed(config.seed)
     head = make_head(X.shape[1], config.hidden)
     opt = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -210,7 +220,8 @@ def _train_surface(config: QualityTrainConfig, sources: list[QualityExamples], l
     params = {"objective": "binary", "learning_rate": 0.05, "num_leaves": 15, "min_data_in_leaf": 20,
               "feature_fraction": 0.9, "lambda_l2": 1.0, "verbose": -1, "num_threads": 1, "seed": config.seed,
               "deterministic": True}
-    booster = lgb.train(params, lgb.Dataset(X, y, weight=_example_weights(sources), feature_name=list(FEATURES)),
+    weights = _example_weights(sources, config.balance)
+    booster = lgb.train(params, lgb.Dataset(X, y, weight=weights, feature_name=list(FEATURES)),
                         num_boost_round=config.rounds)
     curve, best, best_rounds = [], -1.0, 1
     for rounds in range(10, config.rounds + 1, 10):
@@ -219,7 +230,7 @@ def _train_surface(config: QualityTrainConfig, sources: list[QualityExamples], l
         curve.append(round(value, 4))
         if value > best:
             best, best_rounds = value, rounds
-    booster = lgb.train(params, lgb.Dataset(X, y, weight=_example_weights(sources), feature_name=list(FEATURES)),
+    booster = lgb.train(params, lgb.Dataset(X, y, weight=weights, feature_name=list(FEATURES)),
                         num_boost_round=best_rounds)
     scores = [booster.predict(s.surface, raw_score=True) for s in sources]
     gain = booster.feature_importance("gain")
@@ -241,6 +252,11 @@ def train(config: QualityTrainConfig, log: Callable[[str], None] = print) -> dic
                                                             takes=SET_FIELDS), config, log)
                for text in config.train]
     for s in sources:
+        if config.balance and len(set(s.labels.tolist())) < 2:
+            missing = "negative" if s.labels.min() > 0 else "positive"
+            raise InputError(f"{s.spec.collection} ({s.spec.qrels}): no {missing} training documents, so --set "
+                             "balance=true cannot weigh both halves (synthetic queries judge every passage relevant: "
+                             "leave the set out, or train without balance)")
         s.surface = feature_matrix(s.docs, progress=True)
     fit, model = (_train_learned if config.estimator == "learned" else _train_surface)(config, sources, log)
     parameters = {k: v for k, v in asdict(config).items() if k not in ("train", "out", "command", "device")}
