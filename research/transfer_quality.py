@@ -5,7 +5,8 @@ never saw (issue 34).
   judgments of the other sources (``--quality-sources``; ``--quality-args`` are `weir train quality` options of the
   variant, ``--tag`` names it), then `weir quality sweep` of X's evaluation topics with those two models and
   ``random`` pruning (the mean of five draws) 10%, 25% and 40% (``--quality-fractions``) of X, BM25 and hybrid
-  (``--quality-with bm25``: BM25 alone). The unpruned and random indexes of X are shared by every variant (``quality-indexes/X``).
+  (``--quality-with bm25``: BM25 alone). The unpruned and random indexes of X are shared by every variant
+  (``quality-indexes/X``); each variant's own indexes are named after its tag.
 - ``quality-final``: both estimators trained on every source (the shipped defaults, ``--out-dir``/quality-learned
   and quality-surface), and their sweep of SciFact test: the in-domain figure.
 - ``quality-table``: per variant, estimator, collection left out, fraction and pipeline: the share of random pruning's
@@ -35,8 +36,9 @@ def quality_train(estimator: str, out: Path, names: list[str], args) -> Path:
     return out
 
 
-def quality_sweep(held: str, models: dict[str, Path], work: Path, args) -> dict:
-    """`weir quality sweep` of ``held``'s evaluation topics with these models and random pruning; its record."""
+def quality_sweep(held: str, models: dict[str, Path], work: Path, args, tag: str) -> dict:
+    """`weir quality sweep` of ``held``'s evaluation topics with these models (labelled ``ESTIMATOR-TAG``, which names
+    their indexes in the shared directory) and random pruning; its record."""
     c = COLLECTIONS / held
     shared = args.work / "quality-indexes" / held  # unpruned and random: the same for every variant
     shared.mkdir(parents=True, exist_ok=True)
@@ -45,7 +47,7 @@ def quality_sweep(held: str, models: dict[str, Path], work: Path, args) -> dict:
         (work / "indexes").symlink_to(shared.resolve(), target_is_directory=True)
     with_ = args.quality_with.split(",")
     pipelines = ["bm25"] + (["hybrid"] if "dense" in with_ else [])
-    estimators = [f"{label}-{args.tag}={path}" for label, path in models.items()] + ["random"]
+    estimators = [f"{label}-{tag}={path}" for label, path in models.items()] + ["random"]
     if not (work / "sweep.json").is_file():
         run(WEIR + ["quality", "sweep", "--collection", str(c), "--topics", str(c / "queries.tsv"), "--qrels",
                     str(c / "qrels.txt"), "--out", str(work), "--estimators", ",".join(estimators), "--fractions",
@@ -60,13 +62,14 @@ def quality_loco(args) -> None:
         work = args.work / f"quality-{args.tag}" / held
         others = [n for n in args.quality_sources if n != held]
         models = {e: quality_train(e, work / e, others, args) for e in ESTIMATORS}
-        quality_sweep(held, models, work / "sweep", args)
+        quality_sweep(held, models, work / "sweep", args, args.tag)
 
 
 def quality_final(args) -> None:
     out = Path(args.out_dir)
     models = {e: quality_train(e, out / f"quality-{e}", list(args.quality_sources), args) for e in ESTIMATORS}
-    quality_sweep("beir-scifact", models, args.work / f"quality-final-{args.tag}" / "beir-scifact" / "sweep", args)
+    work = args.work / f"quality-final-{args.tag}" / "beir-scifact" / "sweep"
+    quality_sweep("beir-scifact", models, work, args, f"final-{args.tag}")  # not the left-out models' indexes
 
 
 def recovered(record: dict) -> list[dict]:
