@@ -163,6 +163,8 @@ def main() -> None:
     ap.add_argument("--ltr-args", default="", help="ltr: options of `weir train ltr` for the variant (--set KEY=VALUE ...)")
     ap.add_argument("--variant", action="append", default=[], help="ltr-sweep: TAG=JSON, TrainConfig fields over "
                     "the shipped recipe, e.g. 'sets={\"inner_by\": \"sets\"}' (repeatable)")
+    ap.add_argument("--dl-attention", type=Path, default=None, help="ltr-sweep: a run of bm25>>attention over the DL "
+                    "pool's BM25 top 100 (`weir run --candidates ... --pipeline attention`), reranked by each model")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "transfer")
     ap.add_argument("--collections", default=",".join(SOURCES))
     ap.add_argument("--shape", default="bm25", choices=("bm25", "free"))

@@ -56,13 +56,20 @@ def ltr_final(args) -> None:
 
 
 RECIPE = {"init_from": "first_score_norm", "monotone": True,  # the shipped LTR recipe; a variant overrides it
-          "params": {"num_leaves": 7, "min_data_in_leaf": 50, "lambda_l2": 10}}
+          "params": {"learning_rate": 0.02, "num_leaves": 7, "min_data_in_leaf": 50, "lambda_l2": 10}}
+
+
+SPLITS = {  # split -> (the topics' side, the candidates): hybrid or BM25 top-100 of the training or evaluation topics
+    "train": ("train", "hybrid"), "train-bm25": ("train", "bm25"), "test": ("test", "hybrid"),
+    "test-bm25": ("test", "bm25"), "test-attention": ("test", "attention")}
+DL_BM25 = "runs/BM25_dl19.top100.trec"  # the DL pool's BM25 candidates: the full corpus's top 100, as the issue's
 
 
 def _examples(name: str, split: str, args):
-    """The LTR examples of one collection's ``train`` (at most LTR_QUERIES) or ``test`` queries, hybrid top-100, as
-    `weir train ltr` computes them; pickled under --work for this very index (named by its manifest's checksum, so a
-    rebuilt index never meets the features of the one before), reused when there."""
+    """The LTR examples of one collection's split (:data:`SPLITS`; at most LTR_QUERIES training queries), as `weir
+    train ltr` computes them; pickled under --work for this very index (named by its manifest's checksum, so a
+    rebuilt index never meets the features of the one before), reused when there. The DL pool's BM25 candidates are
+    the shared full-corpus run (its pool's own BM25 ranks a pool, not MS MARCO)."""
     import hashlib
     import pickle
 
@@ -74,63 +81,91 @@ def _examples(name: str, split: str, args):
     path = args.work / "ltr-features" / f"{name}.{split}.{built}.pkl"
     if path.is_file():
         return pickle.loads(path.read_bytes())
-    topics, qrels = SOURCES[name][:2] if split == "train" else ("queries.tsv", "qrels.txt")
+    side, stage = SPLITS[split]
+    topics, qrels = SOURCES[name][:2] if side == "train" else ("queries.tsv", "qrels.txt")
     c = COLLECTIONS / name
-    ds = TrainingSet(index=str(index), topics=str(c / topics), qrels=str(c / qrels), first_stage="hybrid",
-                     depth=100, max_queries=LTR_QUERIES if split == "train" else None)
+    candidates = str(c / DL_BM25) if stage == "bm25" and (c / DL_BM25).is_file() else None
+    if stage == "attention":  # bm25>>attention's run: the candidates, and their attention scores as a stage's
+        candidates = str(args.dl_attention)
+    ds = TrainingSet(index=str(index), topics=str(c / topics), qrels=str(c / qrels), candidates=candidates,
+                     first_stage="hybrid" if stage == "attention" else stage, depth=100,
+                     max_queries=LTR_QUERIES if side == "train" else None,
+                     stage_runs=f"attention:{candidates}" if stage == "attention" else None)
     ex = load_examples(ds, log=lambda m: print(m, flush=True))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps(ex))
     return ex
 
 
-def ltr_sweep(args) -> None:
-    """In one process, features computed once per collection: for each variant (``--variant TAG=JSON``, TrainConfig
-    fields over :data:`RECIPE`) and each collection X, the model of the other collections' training queries reranks
-    X's hybrid top-100 of its evaluation topics; nDCG@10 of hybrid and of hybrid>>ltr, paired t-test; then SciFact
-    test by the model of every collection (as ``ltr-final``). The same models and scores as `ltr-loco` (`weir train
-    ltr` + `weir experiment`), to compare recipes cheaply before confirming one that way. Rows go to
-    --work/ltr-sweep.jsonl."""
+def _judge(held: str, ex, scores: dict, qrels) -> dict:
+    """nDCG@10 of the first stage, of the cosine alone and of the LTR scores over one split's candidates; the LTR
+    against each of the two (paired t-test p)."""
+    import numpy as np
+
     from weir.evaluation.measures import evaluate
     from weir.evaluation.significance import paired, paired_test
     from weir.ranker.rerankers.ltr_features import FEATURES
     from weir.ranker.stage import apply_scores
-    from weir.training.ltr import TrainConfig, fit_on, init_column, rounds_note, score_boosters
-    from weir.core.trec import read_qrels
 
-    train = {n: _examples(n, "train", args) for n in args.collections}
-    test = {n: _examples(n, "test", args) for n in args.collections}
+    keep = set(scores)
+    queries = [q for q in ex.queries if q.id in keep]
+    col = FEATURES.index("dense_cos")
+    cos: dict[str, list[float]] = {}
+    for qid, v in zip(ex.qids, np.nan_to_num(ex.X[:, col], nan=-2.0)):
+        cos.setdefault(qid, []).append(float(v))
+    runs = {"first": ex.run, "cos": apply_scores(queries, ex.run, 100, cos, "cos"),
+            "ltr": apply_scores(queries, ex.run, 100, scores, "ltr")}
+    if "--remove-identical" in SOURCES[held][3]:
+        runs = {k: r.without_identical_ids() for k, r in runs.items()}
+    per = {k: evaluate(r, qrels, ["nDCG@10"], min_rel=SOURCES[held][2], per_query=True) for k, r in runs.items()}
+    row = {k: round(m["nDCG@10"], 4) for k, (m, _) in per.items()}
+    for k in ("first", "cos"):
+        row[f"p_{k}"] = round(paired_test(*paired(per["ltr"][1]["nDCG@10"], per[k][1]["nDCG@10"])[1:])[1], 3)
+    return row
+
+
+def ltr_sweep(args) -> None:
+    """In one process, features computed once per collection and split: for each variant (``--variant TAG=JSON``,
+    TrainConfig fields over :data:`RECIPE`, and ``"train_on": "hybrid"|"bm25"``, the candidates it trains on) and
+    each collection X, the model of the other collections' training queries reranks X's hybrid top-100 and BM25
+    top-100 of its evaluation topics (the DL pool's: the full corpus's BM25 run; with ``--dl-attention RUN``, also
+    that run of ``bm25>>attention`` over it, its scores as the stage feature); nDCG@10 of the first stage, of the
+    cosine alone and of the LTR, paired t-tests; then SciFact test by the model of every collection (as
+    ``ltr-final``). The same models and scores as `ltr-loco` (`weir train ltr` + `weir experiment`), to compare
+    recipes cheaply before confirming one that way. Rows go to --work/ltr-sweep.jsonl."""
+    from weir.core.trec import read_qrels
+    from weir.ranker.rerankers.ltr_features import FEATURES
+    from weir.training.ltr import TrainConfig, fit_on, init_column, rounds_note, score_boosters
+
     out = args.work / "ltr-sweep.jsonl"
     for variant in args.variant:
         tag, _, spec = variant.partition("=")
         fields = {**RECIPE, **json.loads(spec or "{}")}
         fields["params"] = {**RECIPE["params"], **fields.get("params", {})}
+        train_on = fields.pop("train_on", "hybrid")
+        train = {n: _examples(n, "train" if train_on == "hybrid" else f"train-{train_on}", args)
+                 for n in args.collections}
         # each collection left out; then SciFact test by the model of every collection (the shipped default's recipe)
         for held, trained_on in [(n, [m for m in args.collections if m != n]) for n in args.collections] + (
                 [("beir-scifact", list(args.collections))] if "beir-scifact" in args.collections else []):
             config = TrainConfig(sets=[], out="", rounds=300, **fields)
             data = [train[n] for n in trained_on]
             boosters, info = fit_on(data, set(data[0].qids), config, FEATURES)
-            ex = test[held]
-            keep = set(ex.qids)
-            scores = score_boosters(boosters, ex, keep, init_column(config, FEATURES), rounds=info.get("rounds"))
-            queries = [q for q in ex.queries if q.id in keep]
-            ltr = apply_scores(queries, ex.run, 100, scores, "ltr")
-            hybrid = ex.run
-            if "--remove-identical" in SOURCES[held][3]:
-                ltr, hybrid = ltr.without_identical_ids(), hybrid.without_identical_ids()
             qrels = read_qrels(COLLECTIONS / held / "qrels.txt")
-            (h_mean, h_q), (l_mean, l_q) = (evaluate(r, qrels, ["nDCG@10"], min_rel=SOURCES[held][2],
-                                                     per_query=True) for r in (hybrid, ltr))
-            p = paired_test(*paired(l_q["nDCG@10"], h_q["nDCG@10"])[1:])[1]
-            seen = held in trained_on
-            row = {"variant": tag, "held_out": held, "trained_on": trained_on, "in_training": seen,
-                   "hybrid": round(h_mean["nDCG@10"], 4), "ltr": round(l_mean["nDCG@10"], 4), "p": round(p, 3),
-                   "rounds": info.get("rounds"), "how": rounds_note(info), "fields": fields}
-            print(f"{tag:>12} {held + (' (trained on)' if seen else ''):>42}: hybrid {row['hybrid']:.4f} "
-                  f"ltr {row['ltr']:.4f} ({row['ltr'] - row['hybrid']:+.4f}, p {p:.3f}); {row['how']}", flush=True)
-            with open(out, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            dl_attention = held == "msmarco-passage-trec-dl-pool" and args.dl_attention
+            for split in ("test", "test-bm25") + (("test-attention",) if dl_attention else ()):
+                ex = _examples(held, split, args)
+                scores = score_boosters(boosters, ex, set(ex.qids), init_column(config, FEATURES),
+                                        rounds=info.get("rounds"))
+                seen = held in trained_on
+                row = {"variant": tag, "held_out": held, "split": split, "trained_on": trained_on,
+                       "in_training": seen, **_judge(held, ex, scores, qrels), "rounds": info.get("rounds"),
+                       "how": rounds_note(info), "fields": {**fields, "train_on": train_on}}
+                print(f"{tag:>12} {held + (' (trained on)' if seen else ''):>42} {split:>9}: first {row['first']:.4f}"
+                      f" cos {row['cos']:.4f} ltr {row['ltr']:.4f} (p {row['p_first']:.3f} / {row['p_cos']:.3f});"
+                      f" {row['how']}", flush=True)
+                with open(out, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(row) + "\n")
 
 
 def ltr_table(args) -> None:

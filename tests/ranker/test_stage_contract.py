@@ -6,6 +6,7 @@ own score and leaves the rest below in their order; a pipeline records every sta
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,26 @@ def test_a_query_gets_the_same_answer_alone_and_in_a_batch(index, spec):
         alone = pipeline([q], k=K, depth=DEPTH)[q.id]
         assert [(h.doc_id, h.score, h.stage_scores) for h in alone] == \
                [(h.doc_id, h.score, h.stage_scores) for h in together[q.id]]
+
+
+def test_ltr_takes_the_shipped_model_of_the_features_its_stages_give(index):
+    """One LTR model per feature set (:func:`registry.ltr_model_for`): after a lexical first stage or a run's
+    candidates it boosts from the cosine of the index's dense vectors (``ltr-cosine``); after a stage whose score
+    carries a neural model's, or over an index without dense vectors, from the incoming score (``ltr``); a model
+    the options name is taken as named."""
+    from types import SimpleNamespace
+
+    from weir.core.runtime import MODELS
+
+    opened, options = index
+    picked = {spec: Path(registry.build(spec, opened, options).stages[-1].model_path).name
+              for spec in ("bm25>>ltr", "deepimpact>>ltr", "hybrid>>ltr", "dense>>ltr", "bm25>>attention>>ltr")}
+    assert picked == {"bm25>>ltr": "ltr-cosine", "deepimpact>>ltr": "ltr-cosine", "hybrid>>ltr": "ltr",
+                      "dense>>ltr": "ltr", "bm25>>attention>>ltr": "ltr"}
+    candidates = CandidateRun(registry.build("bm25", opened, options)(QUERIES, k=K))
+    assert Path(registry.build("ltr", opened, options, first_stage=candidates).stages[-1].model_path).name == \
+        "ltr-cosine"
+    assert registry.ltr_model_for(SimpleNamespace(components={"bm25": {}}), ["bm25"]) == "ltr"
+    named = PipelineOptions.from_mapping({"ltr_model": str(MODELS / "ltr")})
+    assert Path(registry.build("bm25>>ltr", opened, named).stages[-1].model_path).name == "ltr"
+    assert (MODELS / "ltr-cosine" / "card.json").is_file()  # shipped, with its card

@@ -13,7 +13,8 @@ from weir.core.runtime import MODELS
 from weir.core.types import InputError
 from weir.training.recipes import Recipe, collections_dir, settings
 
-SHIPPED = ("deepct", "deepimpact", "ltr", "ltr-attention", "attention", "quality-learned", "quality-surface")
+SHIPPED = ("deepct", "deepimpact", "ltr", "ltr-cosine", "ltr-attention", "attention", "quality-learned",
+           "quality-surface")
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -29,6 +30,17 @@ def test_every_shipped_model_has_a_recipe_of_its_trainer_with_its_cards_settings
             assert recorded.get(key, value) == value, key
     assert all(Path(s["topics"]).parts[:len(collections_dir().parts)] == collections_dir().parts for s in recipe.sets)
 
+
+
+def test_an_ltr_card_names_the_candidates_of_each_training_set():
+    """``ltr-cosine`` trains on BM25's top 100: the BM25 first stage over five collections' indexes, and MS MARCO's
+    BM25 run over the DL pool (its card names that run and its checksum, and no first stage)."""
+    card = json.loads((MODELS / "ltr-cosine" / "card.json").read_text(encoding="utf-8"))
+    sets = {Path(s["topics"]).parent.name: s for s in card["training_data"]}
+    assert len(sets) == 6 and all(s["rows"] > 0 for s in sets.values())
+    dl = sets.pop("msmarco-passage-trec-dl-pool")
+    assert dl["candidates"].endswith("BM25_dl19.top100.trec") and dl["candidates_sha256"] and dl["first_stage"] is None
+    assert all(s["first_stage"] == "bm25" and s["candidates"] is None for s in sets.values())
 
 def test_settings_come_from_the_recipe_then_the_command_line(tmp_path):
     from weir.training.term_weighting import TrainConfig

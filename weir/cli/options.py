@@ -64,7 +64,9 @@ def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True, pipe
         g.add_argument("--depth", dest="rerank_depth", type=int, default=None,
                        help="candidates each reranker rescores (default: the reranker's, 100); -k is how many "
                        "are returned")
-    g.add_argument("--ltr-model", default=None, help="ltr: LightGBM model directory (default: models/ltr)")
+    g.add_argument("--ltr-model", default=None, help="ltr: LightGBM model directory (default: the shipped model of the "
+                   "stages before it: models/ltr-cosine after a lexical first stage or --candidates over an index "
+                   "with dense vectors, else models/ltr)")
     g.add_argument("--attention-model", default=None, help="attention: trained model directory (default: "
                    "models/attention, else the one `weir train attention` wrote to $WEIR_MODELS)")
     g.add_argument("--crossencoder-model", default=None, help="crossencoder: trained model directory")

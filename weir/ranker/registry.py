@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +30,16 @@ from weir.core.types import InputError
 
 # build(name) -> another first stage over the same index with its own options (what a fusion of stages needs)
 BuildStage = Callable[[str], Retriever]
+CANDIDATES = "candidates"  # what comes before a pipeline's rerankers when its candidates are a run (`--candidates`)
 
 
 @dataclass(frozen=True)
 class Entry:
     """A registered stage: ``options`` names its field of :class:`PipelineOptions`; ``make(index, own options,
-    build)`` returns the stage; ``requires`` the index components it reads; ``model`` the shipped model it loads
-    when its options name none (``models/<model>``)."""
+    build)`` returns a first stage and ``make(index, own options, after)`` a reranker, ``after`` the names of the
+    stages before it (:data:`CANDIDATES` for a run's); ``requires`` the index components it reads; ``model`` the
+    shipped model it loads when its options name none (``models/<model>``; for ``ltr``, one of
+    :func:`ltr_model_for`)."""
 
     options: str
     make: Callable[[Index, Any, BuildStage], Stage]
@@ -90,10 +93,32 @@ def _deepimpact_bm25(index: Index, o: FusionOptions, build: BuildStage) -> Retri
                            weights=settings["weights"], depth=settings["depth"], name="deepimpact+bm25")
 
 
-def _ltr(index: Index, o: RerankerOptions, _: BuildStage) -> Reranker:
+NEURAL_SCORES = ("dense", "hybrid", "attention", "crossencoder")  # stages whose score carries a neural model's
+
+
+def ltr_model_for(index: Index, after: Sequence[str]) -> str:
+    """The shipped LTR model of the features that ``ltr`` is given after the stages ``after``: one model per feature
+    set, each boosting from the strongest feature it has (issue 34, ``research/transfer.py ltr-sweep``).
+
+    - ``ltr-cosine`` after a lexical first stage (``bm25``, ``deepct``, ``deepimpact``, ``deepimpact+bm25``) or a run's
+      candidates, over an index with dense vectors: it boosts from the query-passage cosine of the index's ``dense``
+      component, trained on the BM25 top 100 of six collections. There the cosine is the strongest feature (on DL 2019
+      0.64 against BM25's 0.51) and a model boosting from the incoming BM25 score stays below it (0.5586).
+    - ``ltr`` everywhere else: after ``dense``, ``hybrid``, ``attention`` or ``crossencoder`` (whose score already
+      carries a neural model's, so the incoming score is the strongest feature), and over an index without dense
+      vectors (BM25's or DeepImpact's score the strongest there); it boosts from the incoming score, trained on the
+      hybrid top 100 of six collections.
+
+    A run given as candidates is taken as lexical (its first stage is unknown); ``--ltr-model`` chooses otherwise."""
+    if "dense" in index.components and not any(name in NEURAL_SCORES for name in after):
+        return "ltr-cosine"
+    return "ltr"
+
+
+def _ltr(index: Index, o: RerankerOptions, after: Sequence[str]) -> Reranker:
     from weir.ranker.rerankers.ltr import LTRReranker
 
-    return LTRReranker(index, o.model, depth=o.depth, device=o.device)
+    return LTRReranker(index, o.model or shipped_model(ltr_model_for(index, after)), depth=o.depth, device=o.device)
 
 
 def _attention(index: Index, o: RerankerOptions, _: BuildStage) -> Reranker:
@@ -156,10 +181,15 @@ def components(spec: str) -> list[str]:
     return list(needed)
 
 
-def build_stage(name: str, index: Index, options: PipelineOptions | None = None) -> Stage:
-    """One registered stage (first stage or reranker) over ``index``, from its part of ``options``."""
+def build_stage(name: str, index: Index, options: PipelineOptions | None = None,
+                after: Sequence[str] = (CANDIDATES,)) -> Stage:
+    """One registered stage (first stage or reranker) over ``index``, from its part of ``options``; a reranker
+    after the stages ``after`` (default: a run's candidates), which choose the shipped model of some."""
     options = options or PipelineOptions()
-    entry = FIRST_STAGES.get(name) or RERANKERS.get(name)
+    if name in RERANKERS:
+        entry = RERANKERS[name]
+        return entry.make(index, getattr(options, entry.options), tuple(after))
+    entry = FIRST_STAGES.get(name)
     if entry is None:
         raise InputError(f"unknown stage {name!r}; known: {', '.join(sorted(FIRST_STAGES) + sorted(RERANKERS))}")
     return entry.make(index, getattr(options, entry.options), lambda other: build_stage(other, index, options))
@@ -191,8 +221,10 @@ def build(spec: str, index: Index, options: PipelineOptions | None = None, *,
         unknown = [n for n in names if n not in RERANKERS]
         if unknown:
             raise InputError(f"with candidates from a run, the pipeline names rerankers only; unknown: {', '.join(unknown)}")
-        return Pipeline([first_stage] + [build_stage(n, index, options) for n in names])
-    return Pipeline([build_stage(n, index, options) for n in parse(spec)])
+        names = [CANDIDATES, *names]
+        return Pipeline([first_stage] + [build_stage(n, index, options, names[:i]) for i, n in enumerate(names) if i])
+    names = parse(spec)
+    return Pipeline([build_stage(n, index, options, names[:i]) for i, n in enumerate(names)])
 
 
 def pipeline(spec: str, index: Index | str | os.PathLike, options: PipelineOptions | None = None,

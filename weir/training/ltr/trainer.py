@@ -97,8 +97,10 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     all_main = set(main.qids)
     card = model_card(
         "ltr", model="LightGBM lambdarank", features=list(FEATURES), dists=("lightgbm",), command=config.command,
-        training_data=[{**ds.record(SET_FIELDS), "topics_sha256": sha256_file(ds.topics),
-                        "qrels_sha256": sha256_file(ds.qrels), "queries": len(ex.queries), "candidates": len(ex.qids)}
+        training_data=[{**ds.record(SET_FIELDS), **({"first_stage": None} if ds.candidates else {}),
+                        "topics_sha256": sha256_file(ds.topics), "qrels_sha256": sha256_file(ds.qrels),
+                        **({"candidates_sha256": sha256_file(ds.candidates)} if ds.candidates else {}),
+                        "queries": len(ex.queries), "rows": len(ex.qids)}  # rows: the (query, candidate) pairs
                        for ds, ex in zip(config.sets, data)],
         parameters={**DEFAULT_PARAMS, **booster_params(config, FEATURES), "rounds": config.rounds,
                     "rounds_by": config.rounds_by, "rounds_rule": config.rounds_rule,
