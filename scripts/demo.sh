@@ -87,8 +87,8 @@ DEPTH=${DEMO_DEPTH:-20}
 COMPONENTS=bm25,deepct,deepimpact,dense
 index="indexes/$name-demo"
 experiment="runs/$name-demo"
-PIPELINES="bm25,deepct,deepimpact,deepimpact+bm25,dense,hybrid,hybrid>>ltr,bm25>>attention[depth=$DEPTH]"
-SERVED="bm25,deepct,deepimpact,deepimpact+bm25,dense,hybrid,hybrid>>ltr,bm25>>attention"
+PIPELINES="bm25,deepct,deepimpact,deepimpact+bm25,dense,hybrid,bm25>>ltr,hybrid>>ltr,bm25>>attention[depth=$DEPTH]"
+SERVED="bm25,deepct,deepimpact,deepimpact+bm25,dense,hybrid,bm25>>ltr,hybrid>>ltr,bm25>>attention"
 prune_args=()
 [ "$PRUNE" != "none" ] && prune_args=(--prune "$PRUNE")
 
