@@ -67,10 +67,16 @@ def write_json(path: str | os.PathLike, data: Any, *, indent: int = 1) -> Path:
 def portable(value: Any, base: str | os.PathLike | None = None) -> Any:
     """``value`` with every absolute path in it (strings, also inside lists and dicts) made relative to ``base``
     (default: the working directory, where the command that trained the model ran), so that a model card names no
-    machine's directories: ``/home/me/weir/../shared/collections/adi`` -> ``../shared/collections/adi``."""
+    machine's directories: ``/home/me/weir/../shared/collections/adi`` -> ``../shared/collections/adi``; a path in
+    weir's cache (an index a recipe built) is named from it: ``$WEIR_CACHE/indexes/adi-bm25-dense-66a13af87a16``."""
+    from weir.core.runtime import cache_dir
+
     base = os.fspath(base or os.getcwd())
     if isinstance(value, str):
         if os.path.isabs(value) and len(value) < 4096 and "\n" not in value:
+            cache = os.path.abspath(cache_dir())
+            if os.path.commonpath([value, cache]) == cache:
+                return "$WEIR_CACHE/" + os.path.relpath(value, cache)
             return os.path.relpath(value, base)
         return value
     if isinstance(value, dict):
