@@ -42,7 +42,7 @@ class Entry:
     :func:`ltr_model_for`)."""
 
     options: str
-    make: Callable[[Index, Any, BuildStage], Stage]
+    make: Callable[[Index, Any, Any], Stage]  # the third argument: BuildStage (first stages) or after (rerankers)
     requires: tuple[str, ...] = ()
     model: str | None = None
 
@@ -103,7 +103,7 @@ def ltr_model_for(index: Index, after: Sequence[str]) -> str:
     - ``ltr-cosine`` after a lexical first stage (``bm25``, ``deepct``, ``deepimpact``, ``deepimpact+bm25``) or a run's
       candidates, over an index with dense vectors: it boosts from the query-passage cosine of the index's ``dense``
       component, trained on the BM25 top 100 of six collections. There the cosine is the strongest feature (on DL 2019
-      0.64 against BM25's 0.51) and a model boosting from the incoming BM25 score stays below it (0.5586).
+      0.64 against BM25's 0.51) and a model boosting from the incoming BM25 score stays below it (0.5600).
     - ``ltr`` everywhere else: after ``dense``, ``hybrid``, ``attention`` or ``crossencoder`` (whose score already
       carries a neural model's, so the incoming score is the strongest feature), and over an index without dense
       vectors (BM25's or DeepImpact's score the strongest there); it boosts from the incoming score, trained on the
