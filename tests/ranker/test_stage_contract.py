@@ -141,3 +141,7 @@ def test_ltr_takes_the_shipped_model_of_the_features_its_stages_give(index):
     named = PipelineOptions.from_mapping({"ltr_model": str(MODELS / "ltr")})
     assert Path(registry.build("bm25>>ltr", opened, named).stages[-1].model_path).name == "ltr"
     assert (MODELS / "ltr-cosine" / "card.json").is_file()  # shipped, with its card
+    # what a server's Info reports of each pipeline, without building it
+    assert registry.reranker_models("bm25>>attention>>ltr", opened) == ["attention", "ltr"]
+    assert registry.reranker_models("deepimpact>>ltr", opened) == ["ltr-cosine"]
+    assert registry.reranker_models("bm25>>ltr", opened, named) == ["ltr"] and registry.reranker_models("bm25", opened) == []

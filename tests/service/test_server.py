@@ -44,6 +44,7 @@ def test_health_search_batch_and_info(client):
     info = client.info()
     assert list(info.pipelines) == ["bm25", "dense", "hybrid", "bm25>>ltr"] and info.default_pipeline == "bm25"
     assert info.limits.max_k == 1000 and info.documents == 12 and not hasattr(info, "index_path")
+    assert [(m.pipeline, list(m.models)) for m in info.models] == [("bm25>>ltr", ["ltr-cosine"])]  # the default
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -172,6 +172,25 @@ def supported(index: Index, options: PipelineOptions | None = None) -> list[str]
     return firsts + [f"{f}>>{r}" for f in firsts for r in rerankers]
 
 
+def reranker_models(spec: str, index: Index, options: PipelineOptions | None = None) -> list[str]:
+    """The model each reranker of pipeline ``spec`` loads, in stage order, without building it: the name of the
+    directory its options give, else the shipped model's (for ``ltr``, :func:`ltr_model_for`'s). What a server's
+    Info reports, so that a caller sees which defaults answer it."""
+    options = options or PipelineOptions()
+    names = parse(spec)
+    models = []
+    for i, name in enumerate(names):
+        entry = RERANKERS.get(name)
+        if entry is None:
+            continue
+        given = getattr(options, entry.options).model
+        if given:
+            models.append(os.path.basename(os.path.normpath(given)))
+        else:
+            models.append(ltr_model_for(index, names[:i]) if name == "ltr" else entry.model)
+    return models
+
+
 def components(spec: str) -> list[str]:
     """The index components pipeline ``spec`` reads (what its stages require), in stage order."""
     needed: dict[str, None] = {}

@@ -66,7 +66,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
     """The SearchService over one index: each call checked, admitted, and run in micro-batches of its pipeline."""
 
     def __init__(self, config: ServiceConfig, index: Index, options: PipelineOptions, metrics: Metrics):
-        self.index = index
+        self.index, self.options = index, options
         self.cache = registry.PipelineCache(index, options)
         self.directories = [(index.path, "<index>")]  # hidden from error messages
         allowed = served_pipelines(config.pipelines, config.default_pipeline,
@@ -197,7 +197,10 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                                          max_query_terms=limits.max_query_terms,
                                          max_batch_queries=limits.max_batch_queries,
                                          max_in_flight=limits.max_in_flight, max_queued=limits.max_queued),
-                pruning=_pruning(self.index.pruning)), {}
+                pruning=_pruning(self.index.pruning),
+                models=[search_pb2.PipelineModels(pipeline=p, models=registry.reranker_models(p, self.index,
+                                                                                              self.options))
+                        for p in self.allowed if len(registry.parse(p)) > 1]), {}
 
         return await self._call("Info", context, work)
 
