@@ -5,7 +5,9 @@ Training data are one or more sources (``--train COLLECTION:TOPICS:QRELS[:WEIGHT
 queries are split (seeded) into a training part and a validation part. Labels are per document: a document relevant
 to a training query is positive; negatives are drawn (seeded) from BM25's top ``negative_depth`` for the training
 queries, leaving out every document the qrels judge relevant to any query, ``negatives`` per positive of the query.
-A source's examples are weighted so that the source weighs ``WEIGHT`` in the loss, whatever its size.
+A source's examples are weighted so that the source weighs ``WEIGHT`` in the loss, whatever its size. The inputs are
+standardized by the mean and spread of all the sources together (``standardize = "sources"``), or each corpus by its
+own (``"collection"``: the model then reads a passage against the collection it is in, at training and at scoring).
 
 The model is chosen on what pruning needs: for every source, the whole corpus is scored, the ``prune_at`` fraction
 with the lowest scores is cut, and the share of the *validation* queries' relevant documents that survive is measured
@@ -25,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from weir.indexer.collections import Collection
+from weir.indexer.quality.base import STANDARDIZE, standardized_within
 from weir.indexer.quality.learned import HIDDEN, LAYERS, MAX_LENGTH, PassageReader, head_inputs, make_head
 from weir.indexer.quality.learned import save as save_learned
 from weir.indexer.quality.prune import pruned_count
@@ -52,6 +55,7 @@ class QualityTrainConfig:
     negative_depth: int = 20
     judged_negatives: bool = False  # also draw negatives from the query's judged non-relevant documents
     balance: bool = False  # within each source, its positives and its negatives weigh half of its share each
+    standardize: str = "sources"  # the inputs standardized by: sources (all of them together) | collection (each its own)
     min_rel: int = 1
     val_fraction: float = 0.2
     prune_at: float = 0.25
@@ -177,7 +181,8 @@ def _train_learned(config: QualityTrainConfig, sources: list[QualityExamples], l
     read_seconds = time.perf_counter() - start
     all_surface = np.concatenate([s.surface for s in sources])
     mean, std = all_surface.mean(axis=0), all_surface.std(axis=0) + 1e-6
-    inputs = [head_inputs(s.pooled, s.surface, mean, std) for s in sources]
+    within = config.standardize == "collection"
+    inputs = [head_inputs(s.pooled, s.surface, mean, std, within=within) for s in sources]
     X = torch.from_numpy(np.concatenate([x[s.rows] for x, s in zip(inputs, sources)]))
     y = torch.from_numpy(np.concatenate([s.labels for s in sources]).astype(np.float32))
     w = torch.from_numpy(_example_weights(sources, config.balance).astype(np.float32))
@@ -215,6 +220,9 @@ def _train_learned(config: QualityTrainConfig, sources: list[QualityExamples], l
 def _train_surface(config: QualityTrainConfig, sources: list[QualityExamples], log) -> tuple[dict, dict]:
     import lightgbm as lgb
 
+    if config.standardize == "collection":  # what the model reads at scoring time (gbdt.SurfaceModelQuality.margins)
+        for s in sources:
+            s.surface = standardized_within(s.surface)
     X = np.concatenate([s.surface[s.rows] for s in sources])
     y = np.concatenate([s.labels for s in sources])
     params = {"objective": "binary", "learning_rate": 0.05, "num_leaves": 15, "min_data_in_leaf": 20,
@@ -245,6 +253,8 @@ def train(config: QualityTrainConfig, log: Callable[[str], None] = print) -> dic
         raise InputError(f"unknown trainable quality estimator {config.estimator!r}; known: {', '.join(ESTIMATORS)}")
     if not config.train:
         raise InputError("no training data: give --train COLLECTION:TOPICS:QRELS[:WEIGHT] (repeatable)")
+    if config.standardize not in STANDARDIZE:
+        raise InputError(f"standardize={config.standardize!r}: expected one of {', '.join(STANDARDIZE)}")
     if not 0 < config.prune_at < 1:
         raise InputError(f"--prune-at must be between 0 and 1 (got {config.prune_at})")
     start = time.perf_counter()

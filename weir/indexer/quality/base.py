@@ -17,7 +17,27 @@ from functools import cached_property
 
 import numpy as np
 
-from weir.core.types import Document
+from weir.core.types import Document, InputError
+
+
+STANDARDIZE = ("sources", "collection")  # what a trained estimator's inputs are standardized by
+
+
+def standardized_within(x: np.ndarray) -> np.ndarray:
+    """Each column of ``x`` (one row per document of one corpus) standardized by that corpus's own mean and standard
+    deviation: what a trained estimator with ``standardize = "collection"`` reads, so that it sees a passage against
+    the collection it is in (longer than its neighbours, unusual words for them), not its absolute length or words,
+    which differ more between collections than within one."""
+    x = np.asarray(x, dtype=np.float64)
+    return ((x - x.mean(axis=0)) / (x.std(axis=0) + 1e-6)).astype(np.float32)
+
+
+def within_collection(card: dict) -> bool:
+    """Whether a trained estimator's card says it standardizes its inputs within the corpus it scores."""
+    value = (card.get("parameters") or {}).get("standardize", "sources")
+    if value not in STANDARDIZE:
+        raise InputError(f"unknown standardize {value!r} on a quality model's card; known: {', '.join(STANDARDIZE)}")
+    return value == "collection"
 
 
 class QualityEstimator(ABC):

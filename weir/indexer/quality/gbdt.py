@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from weir.indexer.quality.base import QualityEstimator
+from weir.indexer.quality.base import QualityEstimator, standardized_within, within_collection
 from weir.indexer.quality.surface import FEATURES, feature_matrix
 from weir.core.provenance import sha256_file
 from weir.core.types import Document, InputError
@@ -38,12 +38,17 @@ class SurfaceModelQuality(QualityEstimator):
             raise InputError(f"{self.path}: trained on features {self.model_card.get('features')}, this weir computes "
                              f"{list(FEATURES)}; train it again")
         self.booster = lgb.Booster(model_file=str(self.path / MODEL))
+        self.within = within_collection(self.model_card)
+        self.per_document = not self.within  # standardized within the corpus: a score depends on all of it
 
     def describe(self) -> dict:
         return {"name": self.name, "model": self.path.name, "card_sha256": sha256_file(self.path / CARD),
                 "model_sha256": sha256_file(self.path / MODEL)}
 
     def margins(self, surface: np.ndarray) -> np.ndarray:
+        """The booster's raw margins of these documents' surface features (one whole corpus when ``within``)."""
+        if self.within:
+            surface = standardized_within(surface)
         return np.asarray(self.booster.predict(surface, raw_score=True, num_threads=1), dtype=np.float64)
 
     def score(self, documents: Sequence[Document], *, progress: bool = False) -> np.ndarray:

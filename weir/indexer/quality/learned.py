@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from weir.indexer.quality.base import QualityEstimator
+from weir.indexer.quality.base import QualityEstimator, standardized_within, within_collection
 from weir.indexer.quality.surface import FEATURES, feature_matrix
 from weir.core.provenance import sha256_file, write_card
 from weir.core.runtime import model_fingerprint
@@ -87,8 +87,13 @@ def make_head(inputs: int, hidden: int = HIDDEN):
     return nn.Sequential(nn.Dropout(0.1), nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
 
-def head_inputs(pooled: np.ndarray, surface: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """What the head reads: the pooled states and the standardized surface features, side by side."""
+def head_inputs(pooled: np.ndarray, surface: np.ndarray, mean: np.ndarray, std: np.ndarray, *,
+                within: bool = False) -> np.ndarray:
+    """What the head reads: the pooled states and the surface features standardized (by the training sources'
+    ``mean`` and ``std``), side by side; ``within``: both standardized by the scored corpus's own statistics
+    (:func:`~weir.indexer.quality.base.standardized_within`), the rows being one whole corpus."""
+    if within:
+        return np.concatenate([standardized_within(pooled), standardized_within(surface)], axis=1)
     return np.concatenate([pooled, (surface - mean) / std], axis=1).astype(np.float32)
 
 
@@ -115,6 +120,8 @@ class LearnedQuality(QualityEstimator):
         self.head = make_head(self.reader.dim + len(FEATURES), int(self.model_card["parameters"]["hidden"]))
         self.head.load_state_dict(state["head"])
         self.head.eval()
+        self.within = within_collection(self.model_card)
+        self.per_document = not self.within  # standardized within the corpus: a score depends on all of it
 
     def describe(self) -> dict:
         return {"name": self.name, "model": self.path.name, "card_sha256": sha256_file(self.path / CARD),
@@ -124,7 +131,7 @@ class LearnedQuality(QualityEstimator):
         import torch
 
         with torch.inference_mode():
-            x = torch.from_numpy(head_inputs(pooled, surface, self.mean, self.std))
+            x = torch.from_numpy(head_inputs(pooled, surface, self.mean, self.std, within=self.within))
             return self.head(x).squeeze(-1).double().numpy()
 
     def score(self, documents: Sequence[Document], *, progress: bool = False) -> np.ndarray:
