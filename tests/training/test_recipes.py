@@ -122,3 +122,25 @@ def strings(value) -> list[str]:
     if isinstance(value, list):
         return [s for v in value for s in strings(v)]
     return [value] if isinstance(value, str) else []
+
+
+def test_an_index_cached_without_a_wanted_component_is_built_again(tmp_path, monkeypatch):
+    """What a recipe's sets run on (``$WEIR_CACHE/indexes``): a directory there whose manifest lacks a component the
+    recipe needs is never used as it is (a feature would be read from nothing); it is built again."""
+    from weir.indexer.index_dir import read_manifest
+    from weir.training.recipes import cached_index
+
+    coll = tmp_path / "tiny"
+    coll.mkdir()
+    docs = [{"id": f"d{i}", "title": "", "text": f"passage {i} about w{i}"} for i in range(3)]
+    (coll / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    monkeypatch.setenv("WEIR_CACHE", str(tmp_path / "cache"))
+    logs: list[str] = []
+    first = cached_index(str(coll), "bm25", logs.append)
+    assert "bm25" in read_manifest(first)["components"] and len(logs) == 1
+    assert cached_index(str(coll), "bm25", logs.append) == first and len(logs) == 1  # reused, not built again
+    manifest = json.loads((first / "manifest.json").read_text())
+    manifest["components"] = {}  # as if put there by hand without it
+    (first / "manifest.json").write_text(json.dumps(manifest))
+    assert cached_index(str(coll), "bm25", logs.append) == first
+    assert "cached without bm25" in logs[1] and "bm25" in read_manifest(first)["components"]

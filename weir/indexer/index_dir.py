@@ -62,7 +62,10 @@ def staged_directory(out: Path, *, overwrite: bool):
     if out.exists():
         os.replace(out, old)
     os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
+    if old.is_symlink():  # ``out`` was a link: the link is replaced, what it pointed to is left alone
+        old.unlink()
+    else:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_manifest(directory: Path, manifest: dict[str, Any], *, name: str = MANIFEST) -> None:

@@ -150,17 +150,23 @@ def _names(text: str | Sequence[str]) -> list[str]:
 
 def cached_index(collection: str, components: str | Sequence[str], log: Callable[[str], None]) -> Path:
     """An index of ``collection`` with ``components``, built once into ``$WEIR_CACHE/indexes`` (keyed by the
-    corpus's checksum) and reused by later trainings."""
+    corpus's checksum) and reused by later trainings; one found there without every component wanted (a directory
+    put there by hand, a build of another weir) is built again."""
     from weir.indexer.build import build_index
     from weir.indexer.collections import Collection
+    from weir.indexer.index_dir import read_manifest
     from weir.core.provenance import sha256_file
 
     coll = Collection.open(collection)
     wanted = tuple(_names(components))
     out = cache_dir("indexes") / f"{coll.name}-{'-'.join(wanted)}-{sha256_file(coll.corpus_path)[:12]}"
-    if not (out / "manifest.json").is_file():
-        log(f"{coll.name}: building an index with {', '.join(wanted)} for training ({out})")
-        build_index(collection, out, components=wanted, skip_empty=True)
+    if (out / "manifest.json").is_file():
+        missing = [c for c in wanted if c not in read_manifest(out).get("components", {})]
+        if not missing:
+            return out
+        log(f"{out}: cached without {', '.join(missing)}; building it again")
+    log(f"{coll.name}: building an index with {', '.join(wanted)} for training ({out})")
+    build_index(collection, out, components=wanted, skip_empty=True, overwrite=True)
     return out
 
 
