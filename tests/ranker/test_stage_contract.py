@@ -145,3 +145,19 @@ def test_ltr_takes_the_shipped_model_of_the_features_its_stages_give(index):
     assert registry.reranker_models("bm25>>attention>>ltr", opened) == ["attention", "ltr"]
     assert registry.reranker_models("deepimpact>>ltr", opened) == ["ltr-cosine"]
     assert registry.reranker_models("bm25>>ltr", opened, named) == ["ltr"] and registry.reranker_models("bm25", opened) == []
+
+
+def test_the_pipelines_of_one_cache_share_a_reranker_per_model(index):
+    """A server's pipelines (:class:`registry.PipelineCache`) load each reranker's model once: ``dense>>ltr`` and
+    ``hybrid>>ltr`` run the same ``ltr``, every ``>>attention`` the same attention model; ``bm25>>ltr`` its own
+    ``ltr-cosine``; and a shared reranker answers as one built for its pipeline alone."""
+    opened, options = index
+    cache = registry.PipelineCache(opened, options)
+    last = {spec: cache.get(spec).stages[-1] for spec in ("dense>>ltr", "hybrid>>ltr", "bm25>>ltr",
+                                                          "bm25>>attention", "hybrid>>attention")}
+    assert last["dense>>ltr"] is last["hybrid>>ltr"] and last["bm25>>ltr"] is not last["hybrid>>ltr"]
+    assert last["bm25>>attention"] is last["hybrid>>attention"]
+    alone = registry.build("hybrid>>ltr", opened, options)(QUERIES, k=K)
+    shared = cache.get("hybrid>>ltr")(QUERIES, k=K)
+    assert {q: [(h.doc_id, h.score) for h in shared[q]] for q in shared} == \
+        {q: [(h.doc_id, h.score) for h in alone[q]] for q in alone}

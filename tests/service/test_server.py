@@ -129,6 +129,26 @@ def test_overload_is_resource_exhausted_at_once(small_index):
         assert c.search("tea", k=2).hits  # below the limit again
 
 
+def test_every_served_pipeline_is_ready_before_serving_and_a_cold_one_teaches_admission_nothing(small_index):
+    """``warm = "served"`` (the default): each served pipeline is built and run before health says SERVING, so no
+    caller's first call waits for models to load. ``warm = "default"``: the others are built by their first call,
+    whose seconds of loading are not taken as the pipeline's cost (they would refuse its next calls as too slow)."""
+    served = ["bm25", "dense", "bm25>>ltr"]
+    with BackgroundServer(_config(small_index, pipelines=served)) as s:
+        assert all(p in s.server.service.cache for p in served)
+    with BackgroundServer(_config(small_index, pipelines=served, warm="default")) as s, \
+            SearchClient(f"127.0.0.1:{s.port}", timeout=30) as c:
+        service = s.server.service
+        assert "bm25" in service.cache and "dense" not in service.cache and "bm25>>ltr" not in service.cache
+        learned = service.admission.costs._per_query
+        assert c.search("coffee", k=2, pipeline="bm25>>ltr").hits and "bm25>>ltr" in service.cache
+        assert not [key for key in learned if key[0] == "bm25>>ltr"]  # the batch that built it: not a cost
+        assert c.search("coffee", k=2, pipeline="bm25>>ltr").hits
+        assert [key for key in learned if key[0] == "bm25>>ltr"]  # the next one is
+    with pytest.raises(InputError, match="warm = 'all'.*served, default"):
+        _config(small_index, warm="all")
+
+
 def _slow_bm25_counted_ltr(server) -> list[int]:
     """Make the served bm25>>ltr take 0.6 s in BM25 and record how many queries reach LTR (the returned list)."""
     first, second = server.server.service.cache.get("bm25>>ltr").stages

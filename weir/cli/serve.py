@@ -27,7 +27,7 @@ def cmd_serve(args) -> int:
            "reranker_replicas": args.reranker_replicas}
     config = ServiceConfig.load(
         args.config, index=args.index, shards=shards, ray=ray, host=args.host, port=args.port, workers=args.workers,
-        metrics_port=args.metrics_port, default_pipeline=args.default_pipeline,
+        metrics_port=args.metrics_port, default_pipeline=args.default_pipeline, warm=args.warm,
         pipelines=[p.strip() for p in args.pipelines.split(",") if p.strip()] if args.pipelines else None,
         token_file=args.token_file, tls=tls, verify_checksums=False if args.no_verify else None,
         options=options, limits={name: getattr(args, name) for name in LIMITS},
@@ -91,6 +91,10 @@ def add_parsers(sub) -> None:
     sv.add_argument("--default-pipeline", help="pipeline of requests that name none (default bm25)")
     sv.add_argument("--pipelines", help="the pipelines served, comma-separated (default: every first stage the "
                     "index supports, alone or followed by one reranker)")
+    sv.add_argument("--warm", choices=("served", "default"), help="what is built and run once before health says "
+                    "SERVING: served (default) every served pipeline, so that no caller's first call waits seconds "
+                    "for models to load; default the default pipeline alone (a faster start; the first call of each "
+                    "other pipeline then loads its models)")
     sv.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on http://HOST:PORT/metrics")
     sec = sv.add_argument_group("security")
     sec.add_argument("--tls-cert", help="server certificate chain (PEM); with --tls-key, serve TLS only")

@@ -8,6 +8,7 @@ registry is usable everywhere at once.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -178,17 +179,18 @@ def reranker_models(spec: str, index: Index, options: PipelineOptions | None = N
     Info reports, so that a caller sees which defaults answer it."""
     options = options or PipelineOptions()
     names = parse(spec)
-    models = []
-    for i, name in enumerate(names):
-        entry = RERANKERS.get(name)
-        if entry is None:
-            continue
-        given = getattr(options, entry.options).model
-        if given:
-            models.append(os.path.basename(os.path.normpath(given)))
-        else:
-            models.append(ltr_model_for(index, names[:i]) if name == "ltr" else entry.model)
-    return models
+    return [os.path.basename(os.path.normpath(reranker_model(name, index, options, names[:i])))
+            for i, name in enumerate(names) if name in RERANKERS]
+
+
+def reranker_model(name: str, index: Index, options: PipelineOptions, after: Sequence[str]) -> str:
+    """The model reranker ``name`` loads after the stages ``after``: the directory its options give, else the shipped
+    model's name (for ``ltr``, :func:`ltr_model_for`'s)."""
+    entry = RERANKERS[name]
+    given = getattr(options, entry.options).model
+    if given:
+        return str(given)
+    return ltr_model_for(index, after) if name == "ltr" else entry.model
 
 
 def components(spec: str) -> list[str]:
@@ -200,14 +202,35 @@ def components(spec: str) -> list[str]:
     return list(needed)
 
 
+class SharedRerankers:
+    """Rerankers built once and shared by every pipeline of one :class:`PipelineCache` that runs the same model: a
+    server of ``bm25>>attention`` and ``hybrid>>attention`` loads the attention model once, not once per pipeline
+    (seconds of start-up and a model's memory each). A reranker is safe to share: it keeps no state of a pipeline,
+    and its model runs one forward at a time."""
+
+    def __init__(self):
+        self._stages: dict[tuple[str, str], Stage] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str], make: Callable[[], Stage]) -> Stage:
+        with self._lock:  # one built at a time: a second pipeline wanting the same model waits for the first's
+            if key not in self._stages:
+                self._stages[key] = make()
+            return self._stages[key]
+
+
 def build_stage(name: str, index: Index, options: PipelineOptions | None = None,
-                after: Sequence[str] = (CANDIDATES,)) -> Stage:
+                after: Sequence[str] = (CANDIDATES,), shared: SharedRerankers | None = None) -> Stage:
     """One registered stage (first stage or reranker) over ``index``, from its part of ``options``; a reranker
-    after the stages ``after`` (default: a run's candidates), which choose the shipped model of some."""
+    after the stages ``after`` (default: a run's candidates), which choose the shipped model of some; with
+    ``shared``, a reranker of the same model already built there."""
     options = options or PipelineOptions()
     if name in RERANKERS:
         entry = RERANKERS[name]
-        return entry.make(index, getattr(options, entry.options), tuple(after))
+        make = functools.partial(entry.make, index, getattr(options, entry.options), tuple(after))
+        if shared is None:
+            return make()
+        return shared.get((name, reranker_model(name, index, options, after)), make)
     entry = FIRST_STAGES.get(name)
     if entry is None:
         raise InputError(f"unknown stage {name!r}; known: {', '.join(sorted(FIRST_STAGES) + sorted(RERANKERS))}")
@@ -232,18 +255,20 @@ def parse(spec: str) -> list[str]:
 
 
 def build(spec: str, index: Index, options: PipelineOptions | None = None, *,
-          first_stage: Stage | None = None) -> Pipeline:
+          first_stage: Stage | None = None, shared: SharedRerankers | None = None) -> Pipeline:
     """Build pipeline ``spec`` over ``index``. With ``first_stage`` (e.g. candidates from a run file) ``spec`` names
-    only rerankers, or is ``""`` to pass the candidates through."""
+    only rerankers, or is ``""`` to pass the candidates through; with ``shared``, its rerankers are those already
+    built there for the same model."""
     if first_stage is not None:
         names = [n.strip() for n in spec.split(">>") if n.strip()]
         unknown = [n for n in names if n not in RERANKERS]
         if unknown:
             raise InputError(f"with candidates from a run, the pipeline names rerankers only; unknown: {', '.join(unknown)}")
         names = [CANDIDATES, *names]
-        return Pipeline([first_stage] + [build_stage(n, index, options, names[:i]) for i, n in enumerate(names) if i])
+        return Pipeline([first_stage] + [build_stage(n, index, options, names[:i], shared)
+                                         for i, n in enumerate(names) if i])
     names = parse(spec)
-    return Pipeline([build_stage(n, index, options, names[:i]) for i, n in enumerate(names)])
+    return Pipeline([build_stage(n, index, options, names[:i], shared) for i, n in enumerate(names)])
 
 
 def pipeline(spec: str, index: Index | str | os.PathLike, options: PipelineOptions | None = None,
@@ -266,7 +291,12 @@ class PipelineCache:
         self.index, self.options = index, options or PipelineOptions()
         self._cache: dict[str, Pipeline] = {}
         self._building: dict[str, threading.Lock] = {}
+        self._rerankers = SharedRerankers()  # one reranker per model, whichever pipelines run it
         self._lock = threading.Lock()
+
+    def __contains__(self, spec: str) -> bool:
+        """Whether the pipeline ``spec`` is built already (asking for it costs nothing)."""
+        return ">>".join(parse(spec)) in self._cache
 
     def get(self, spec: str) -> Pipeline:
         key = ">>".join(parse(spec))
@@ -277,5 +307,5 @@ class PipelineCache:
             building = self._building.setdefault(key, threading.Lock())
         with building:  # other pipelines are served (and built) meanwhile
             if key not in self._cache:
-                self._cache[key] = build(key, self.index, self.options)
+                self._cache[key] = build(key, self.index, self.options, shared=self._rerankers)
             return self._cache[key]

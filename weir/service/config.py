@@ -8,6 +8,7 @@ port = 50051
 metrics_port = 9464                 # Prometheus metrics over HTTP (omit: none)
 default_pipeline = "bm25"
 pipelines = ["bm25", "bm25>>ltr", "hybrid>>ltr"]    # omit: every first stage the index supports, alone or + one reranker
+warm = "served"                     # built and run once before SERVING: every served pipeline; "default": that one alone
 
 [limits]
 max_k = 1000
@@ -149,6 +150,9 @@ class TLS:
         return out[0], out[1], out[2]
 
 
+WARM = ("served", "default")
+
+
 @dataclass(frozen=True)
 class ServiceConfig:
     index: str = ""  # the index served; or ``shards``
@@ -160,6 +164,7 @@ class ServiceConfig:
     workers: int = 2  # threads running pipeline batches
     default_pipeline: str = "bm25"
     pipelines: tuple[str, ...] | None = None  # None: every first stage the index supports, alone or + one reranker
+    warm: str = "served"  # built and run once before SERVING: served (every served pipeline) | default (that one alone)
     limits: Limits = field(default_factory=Limits)
     batching: Batching = field(default_factory=Batching)
     tls: TLS | None = None
@@ -168,6 +173,11 @@ class ServiceConfig:
     grace_seconds: float = 10.0
     verify_checksums: bool = True
     access_log: bool = True
+
+    def __post_init__(self):
+        if self.warm not in WARM:
+            raise InputError(f"warm = {self.warm!r}: expected one of {', '.join(WARM)} (served: every served pipeline "
+                             "is built and run once before the server says SERVING; default: the default one alone)")
 
     def tokens(self) -> tuple[str, ...]:
         """The bearer tokens of ``token_file`` (one a line; blank lines and # comments skipped)."""

@@ -80,9 +80,12 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         self.executor = ThreadPoolExecutor(max_workers=config.workers + batching.expensive_workers,
                                            thread_name_prefix=thread_prefix)
         costs = Costs()
+        self._cold: dict = {}  # batch key -> batches of it still running that built their pipeline
+        self._cold_lock = threading.Lock()
         self.batcher = MicroBatcher(self._run_batch, self.executor, workers=config.workers,
                                     max_batch=batching.max_batch, max_wait=batching.max_wait_ms / 1000,
-                                    on_start=self._started, on_done=costs.observe, cost=costs.of,
+                                    on_start=self._started, on_done=functools.partial(self._observe, costs),
+                                    cost=costs.of,
                                     lanes={"expensive": batching.expensive_workers},
                                     lane=functools.cache(lambda key: batching.lane(key[0])))
         self.admission = Admission(config.limits, self.batcher, metrics, costs)
@@ -91,11 +94,27 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         for item in items:
             self.metrics.queue_delay.labels(key[0]).observe(now - item.enqueued)
 
+    def _observe(self, costs: Costs, key, queries: int, seconds: float) -> None:
+        """A finished batch's time, to the admission's cost estimate, unless the batch built its pipeline (seconds of
+        loading models, which would make every call of that pipeline look too slow to admit for a while)."""
+        with self._cold_lock:
+            if self._cold.get(key):
+                self._cold[key] -= 1
+                return
+        costs.observe(key, queries, seconds)
+
+    def warm_specs(self) -> tuple[str, ...]:
+        """The pipelines built and run once before SERVING (``warm``): every served one, or the default alone."""
+        return self.allowed if self.config.warm == "served" else (canonical(self.config.default_pipeline),)
+
     def warm_up(self) -> None:
-        """Build the default pipeline and run it once, and open the store of documents (the JVM and pyserini's
-        searcher, seconds to start): searchers, models and stored text ready before SERVING, so that no caller's
-        first ``include_text`` request waits for them."""
-        self.cache.get(self.config.default_pipeline)([Query("warm-up", "warm up")], k=1)
+        """Build each pipeline of :meth:`warm_specs` and run it once, and open the store of documents (the JVM and
+        pyserini's searcher, seconds to start): searchers, models and stored text ready before SERVING, so that no
+        caller's first call of a served pipeline waits seconds for its models (and, with a deadline, fails)."""
+        for spec in self.warm_specs():
+            started = time.perf_counter()
+            self.cache.get(spec)([Query("warm-up", "warm up")], k=1)
+            log.info("warmed %s in %.2f s", spec, time.perf_counter() - started)
         if "bm25" in self.index.components:
             self.index.documents(["weir-warm-up"])
 
@@ -103,6 +122,9 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
 
     def _run_batch(self, key, items: list[Item]) -> list:
         spec, k, depth = key
+        if spec not in self.cache:  # built by this batch (``warm = "default"``): its time is not the pipeline's cost
+            with self._cold_lock:
+                self._cold[key] = self._cold.get(key, 0) + 1
         pipeline = self.cache.get(spec)
         queries = [Query(f"q{i}", item.query) for i, item in enumerate(items)]
         by_id = {q.id: item for q, item in zip(queries, items)}
@@ -223,7 +245,7 @@ class Server:
         self.port: int | None = None
 
     async def start(self) -> int:
-        """Open the index (checksums verified), warm the default pipeline, bind, serve; return the bound port.
+        """Open the index (checksums verified), warm the pipelines (``warm``), bind, serve; return the bound port.
         Raises InputError for a bad index, configuration, address or taken port."""
         config = self.config
         self.service = await self.open_service()

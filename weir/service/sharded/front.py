@@ -56,7 +56,8 @@ class ShardedSearchService(SearchService):
             raise f
 
     def warm_up(self) -> None:
-        self._run_batch((self.config.default_pipeline, 1, None), [Item("warm up")])
+        for spec in self.warm_specs():  # through the deployments: each shard's searcher, each reranker's replica
+            self._run_batch((spec, 1, None), [Item("warm up")])
 
     # --- one batch, on a worker thread of the front --------------------------------------------------------------
 
