@@ -22,7 +22,7 @@ pytestmark = pytest.mark.data  # every test here reads ../shared/collections
 
 CALLERS, CALLS = 8, 2000
 RERANKED_CALLS = {"bm25>>attention": 400,  # 12 rounds of ADI's 35 queries, each reranking 10 passages
-                  "bm25>>attention>>ltr": 400, "hybrid>>ltr[members]": 400}
+                  "bm25>>attention>>ltr": 400, "hybrid>>ltr[members]": 400, "dense>>ltr + hybrid>>ltr": 400}
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,16 @@ def _answer(response) -> list[tuple]:
 ])
 def test_concurrent_callers_get_the_answers_of_sequential_calls(server, pipeline, k, depth, include_text):
     _concurrent_answers_are_sequential_answers(server, pipeline, k, depth, include_text)
+
+
+def test_concurrent_callers_of_two_pipelines_sharing_a_reranker_get_sequential_answers(server):
+    """``dense>>ltr`` and ``hybrid>>ltr`` run one LTR reranker (a server loads one per model): 8 callers taking the
+    two in turn, so that batches of both run the shared reranker at once on the server's two workers, get exactly
+    the answers of sequential calls."""
+    cache = server.server.service.cache
+    assert cache.get("dense>>ltr").stages[-1] is cache.get("hybrid>>ltr").stages[-1]
+    _concurrent_answers_are_sequential_answers(server, ("dense>>ltr", "hybrid>>ltr"), 10, 20, False,
+                                               calls=RERANKED_CALLS["dense>>ltr + hybrid>>ltr"])
 
 
 @pytest.fixture(scope="module")
@@ -169,11 +179,13 @@ def test_concurrent_callers_of_an_index_of_a_head_of_several_members_get_sequent
 
 
 def _concurrent_answers_are_sequential_answers(server, pipeline, k, depth, include_text, calls=None):
+    """``pipeline``: one name, or several that the calls take in turn (call i the i-th modulo their number)."""
+    pipelines = (pipeline,) if isinstance(pipeline, str) else tuple(pipeline)
     topics = [q.text for q in read_topics(collection("adi") / "queries.tsv")]
     target = f"127.0.0.1:{server.port}"
     with SearchClient(target, timeout=120) as c:
-        sequential = {q: _answer(c.search(q, k=k, pipeline=pipeline, depth=depth, include_text=include_text))
-                      for q in topics}
+        sequential = {(p, q): _answer(c.search(q, k=k, pipeline=p, depth=depth, include_text=include_text))
+                      for p in pipelines for q in topics}
     assert all(sequential.values())
 
     calls = calls or RERANKED_CALLS.get(pipeline, CALLS)
@@ -182,20 +194,20 @@ def _concurrent_answers_are_sequential_answers(server, pipeline, k, depth, inclu
         mismatches = errors = batched = 0
         with SearchClient(target, timeout=120) as c:
             for i in range(n, calls, CALLERS):
-                q = topics[i % len(topics)]
+                q, p = topics[i % len(topics)], pipelines[i % len(pipelines)]
                 try:
-                    response = c.search(q, k=k, pipeline=pipeline, depth=depth, include_text=include_text)
+                    response = c.search(q, k=k, pipeline=p, depth=depth, include_text=include_text)
                 except Exception:  # noqa: BLE001 (counted: the test asserts there are none)
                     errors += 1
                     continue
-                mismatches += _answer(response) != sequential[q]
+                mismatches += _answer(response) != sequential[p, q]
                 batched += response.batch_size > 1
         return mismatches, errors, batched
 
     with ThreadPoolExecutor(CALLERS) as pool:
         results = list(pool.map(caller, range(CALLERS)))
     mismatches, errors, batched = (sum(r[i] for r in results) for i in range(3))
-    print(f"\n{pipeline}: {calls} calls by {CALLERS} callers, {errors} errors, {mismatches} answers unlike the "
+    print(f"\n{' + '.join(pipelines)}: {calls} calls by {CALLERS} callers, {errors} errors, {mismatches} answers unlike the "
           f"sequential ones, {batched} answered from batches of several queries")
     assert errors == 0 and mismatches == 0
     assert batched > 0  # concurrent calls were micro-batched
