@@ -58,3 +58,37 @@ def test_candidate_scores_for_the_ltr_features(tiny_index):
     scores = engine.score({"banana": 1}, ["d1", "d2", "d3", "no-such-doc"])
     assert scores == [hits["d1"], 0.0, hits["d3"], 0.0]
     assert engine.score({"zzzunknown": 1}, ["d1"]) == [0.0]
+
+
+def _random_postings(n_docs: int, n_terms: int, seed: int):
+    """Postings with Zipf-like document frequencies, random frequencies 1..5 (impacts that tie often) and norms."""
+    from weir.indexer.postings import Postings
+
+    rng = np.random.default_rng(seed)
+    dfs = np.minimum((n_docs * 0.3 / np.arange(1, n_terms + 1) ** 1.1).astype(np.int64) + 1, n_docs)
+    docs = np.concatenate([np.sort(rng.choice(n_docs, df, replace=False)) for df in dfs]).astype(np.int32)
+    offsets = np.zeros(n_terms + 1, dtype=np.int64)
+    np.cumsum(dfs, out=offsets[1:])
+    freqs = rng.integers(1, 6, len(docs)).astype(np.uint8)
+    norms = rng.integers(1, 60, n_docs).astype(np.uint8)
+    docids = [str(i) for i in rng.permutation(n_docs)]  # string order differs from doc number order
+    return Postings("contents", [f"t{i:05d}" for i in range(n_terms)], offsets, docs, freqs, norms, n_docs, n_docs,
+                    int(freqs.sum()), docids)
+
+
+@pytest.mark.parametrize("scores", ["bm25", "impact"])
+def test_pruned_search_equals_the_exhaustive_one(scores):
+    """Block-max MaxScore skips postings, never a hit: every rank and score bit of the exhaustive scorer, at k from 1
+    to 1000, with repeated query terms (weights other than 1) and many ties (impacts 1..5)."""
+    postings = _random_postings(60_000, 3000, seed=1)
+    engine = InvertedIndex(BM25Scores(postings, 0.9, 0.4) if scores == "bm25" else ImpactScores(postings))
+    rng = np.random.default_rng(2)
+    different = []
+    for _ in range(120):
+        terms = rng.choice(3000, rng.integers(1, 8), replace=False)
+        weights = {f"t{t:05d}": 1 if rng.random() < 0.8 else int(rng.integers(2, 4)) for t in terms}
+        for k in (1, 10, 100, 1000):
+            pruned, exhaustive = engine.top(weights, k), engine.top(weights, k, exhaustive=True)
+            if not (np.array_equal(pruned[0], exhaustive[0]) and np.array_equal(pruned[1], exhaustive[1])):
+                different.append((weights, k))
+    assert not different, f"{len(different)} answers differ, first: {different[0]}"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from weir.core import bm25
 
 from weir.indexer.postings import LENGTH_TABLE, Postings
 from weir.indexer.shards import CollectionStatistics
+from weir.ranker.retrievers import maxscore
 from weir.ranker.stage import Retriever
 from weir.core.hits import DocIds, Ranked
 from weir.core.types import Query, Run
@@ -51,6 +53,11 @@ class TermScores:
 
     def __init__(self, postings: Postings):
         self.postings = postings
+
+    @cached_property
+    def blocks(self) -> maxscore.BlockMaxima:
+        """The block maxima of :attr:`unit` that the pruned search skips by (computed once, when first asked)."""
+        return maxscore.BlockMaxima(self.postings.offsets, self.postings.docs, self.unit)
 
     def contributions(self, term: int, boost: float) -> np.ndarray:
         raise NotImplementedError
@@ -182,8 +189,57 @@ class InvertedIndex:
         """The collection ids of Lucene doc numbers."""
         return self.ids.of(docs)
 
-    def top(self, weights: Mapping[str, float], k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The top ``k`` as arrays: Lucene doc numbers and float32 scores, best first."""
+    def top(self, weights: Mapping[str, float], k: int, *,
+            exhaustive: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``k`` as arrays: Lucene doc numbers and float32 scores, best first. Pruned by block-max MaxScore
+        (:mod:`weir.ranker.retrievers.maxscore`, the GIL released); ``exhaustive=True`` scores every posting of the
+        query's terms instead: the same answer, the oracle the tests compare the pruned search with."""
+        if exhaustive:
+            return self._top_exhaustive(weights, k)
+        query = self._query(weights)
+        if k <= 0 or query is None:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        blocks = self.scores.blocks
+        docs, scores = maxscore.top_k(self.postings.docs, self.scores.unit, blocks.last_doc, blocks.max_score, *query,
+                                      self.id_rank, k, self.postings.max_doc)
+        return self._ordered(docs, scores, k)
+
+    def _query(self, weights: Mapping[str, float]) -> tuple | None:
+        """The kernel's view of a query: per known term its postings, its blocks, and (a weight other than 1) its
+        scores and block maxima computed now; None when no query term is in the index."""
+        term_ids, offsets = self.postings.term_ids, self.postings.offsets
+        first_block = self.scores.blocks.first_block
+        rows, own, own_max, at, at_max = [], [], [], 0, 0
+        for term, weight in weights.items():
+            if not weight > 0:
+                raise ValueError(f"query term weights must be positive (got {weight!r} for {term!r})")
+            t = term_ids.get(term)
+            if t is None or offsets[t] == offsets[t + 1]:
+                continue
+            if weight == 1:
+                rows.append((t, -1, -1))
+                continue
+            contributions = self.scores.contributions(t, weight)
+            own.append(contributions)
+            own_max.append(maxscore.BlockMaxima.of_term(contributions))
+            rows.append((t, at, at_max))
+            at, at_max = at + len(contributions), at_max + len(own_max[-1])
+        if not rows:
+            return None
+        terms = np.array([r[0] for r in rows], dtype=np.int64)
+        own_at = np.array([r[1:] for r in rows], dtype=np.int64).reshape(len(rows), 2)
+        empty = np.zeros(0, dtype=np.float32)
+        return (offsets[terms], offsets[terms + 1], first_block[terms], first_block[terms + 1],
+                np.concatenate(own) if own else empty, np.concatenate(own_max) if own_max else empty, own_at)
+
+    def _ordered(self, candidates: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The best ``k`` of ``candidates`` in Lucene's order: higher scores first, then the id's rank."""
+        # one sort key: a positive float32's bits order like its value
+        key = (np.int64(0x7FFFFFFF) - scores.view(np.int32).astype(np.int64)) << 32 | self.id_rank[candidates]
+        order = np.argsort(key)[:k]
+        return candidates[order].astype(np.int64, copy=False), scores[order]
+
+    def _top_exhaustive(self, weights: Mapping[str, float], k: int) -> tuple[np.ndarray, np.ndarray]:
         acc, matched = self._accumulate(weights) if k > 0 else (None, ())
         if not len(matched):
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
@@ -200,10 +256,7 @@ class InvertedIndex:
         if len(candidates) > k:  # the k-th best score; every document scoring it stays, for the tie-break to choose
             keep = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
             candidates, scores = candidates[keep], scores[keep]
-        # one sort key: a positive float32's bits order like its value; higher scores first, then the id's rank
-        key = (np.int64(0x7FFFFFFF) - scores.view(np.int32)) << 32 | self.id_rank[candidates]
-        order = np.argsort(key)[:k]
-        return candidates[order], scores[order]
+        return self._ordered(candidates, scores, k)
 
     def score(self, weights: Mapping[str, float], docids: Sequence[str]) -> list[float]:
         """The score of each of ``docids`` for the query (0 for a document without a query term, or unknown)."""

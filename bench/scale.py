@@ -1,0 +1,222 @@
+"""weir's sparse first stage at MS MARCO size: a seeded synthetic corpus, weir's index of it, and the same queries
+answered by weir's pruned search, weir's exhaustive scorer and Lucene itself.
+
+The corpus keeps MS MARCO passage's shape without its text: each passage is seeded by a passage of the TREC DL 2019
+pool (39,610 real MS MARCO passages) and keeps its length; each word is the seed's word at that place (so that words
+co-occur and repeat as in real text) with probability ``--keep``, else a word drawn from the pool's unigram law, else
+(``--tail``) a word of a long tail of made-up words drawn from a Zipf law, so that the vocabulary keeps growing with the
+collection as a real one does (about 2.66M distinct analyzed terms at 8.8M passages in MS MARCO). Queries: the 43 DL
+2019 topics, then queries of 2 to 6 distinct content words of a generated passage (their terms keep the document
+frequencies real query terms have). Everything is drawn from ``--seed``: the same arguments give the same files.
+
+Subcommands (the files live under ``$WEIR_CACHE/scale/<name>``, never in the repository):
+
+- ``generate --docs N``: ``corpus.jsonl`` and ``queries.tsv``;
+- ``build --docs N``: ``weir index build --with bm25`` of it, its wall time and peak RSS (the build's process tree);
+- ``query --docs N``: per engine and k, median and p99 latency over the queries, one thread each, engines taking
+  turns query by query (weir pruned, weir exhaustive, Lucene through pyserini's ``LuceneSearcher``); every answer
+  of the pruned search checked against the exhaustive scorer (ids and score bits), and its top 10 against Lucene's.
+
+Usage: python bench/scale.py generate|build|query --docs 1000000 [--k 10,1000] [--queries 1000]
+
+Measured on this 2-core machine (medians, ms a query, one thread; see the issue's closing note for the command lines):
+(the table is filled in by the runs below)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import COLLECTIONS, ROOT, percentile
+
+POOL = COLLECTIONS / "msmarco-passage-trec-dl-pool"
+WORD = re.compile(r"[a-z0-9]+")
+# Lucene's English stop words (what Anserini's analyzer drops): never made a query term
+STOP = set("a an and are as at be but by for if in into is it no not of on or such that the their then there "
+           "these they this to was will with".split())
+CHUNK = 50_000
+
+
+def cache_dir(docs: int) -> Path:
+    root = Path(os.environ.get("WEIR_CACHE") or Path.home() / ".cache" / "weir")
+    return root / "scale" / f"msmarco-like-{docs}"
+
+
+def _tail_word(i: int) -> str:
+    """The made-up word of tail rank ``i`` (letters only, so that the analyzer keeps it one token)."""
+    letters = []
+    while True:
+        i, r = divmod(i, 26)
+        letters.append(chr(97 + r))
+        if i == 0:
+            break
+    return "zq" + "".join(letters)
+
+
+def _pool() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The pool's words: its vocabulary (object array), each passage's words as vocabulary ids (flat, with offsets),
+    and the unigram law's cumulative distribution."""
+    vocabulary: dict[str, int] = {}
+    flat, offsets = [], [0]
+    with open(POOL / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            words = WORD.findall(f"{d.get('title') or ''} {d['text']}".lower())
+            flat.extend(vocabulary.setdefault(w, len(vocabulary)) for w in words)
+            offsets.append(len(flat))
+    ids = np.array(flat, dtype=np.int64)
+    counts = np.bincount(ids, minlength=len(vocabulary)).astype(np.float64)
+    words = np.array(list(vocabulary), dtype=object)
+    return words, ids, np.array(offsets, dtype=np.int64), np.cumsum(counts / counts.sum())
+
+
+def generate(args) -> Path:
+    out = cache_dir(args.docs)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(args.seed)
+    words, pool_ids, pool_offsets, cdf = _pool()
+    lengths = np.diff(pool_offsets)
+    usable = np.flatnonzero(lengths > 0)
+    tail_words: dict[int, str] = {}
+    start = time.perf_counter()
+    query_source: list[list[str]] = []
+    tmp = out / "corpus.jsonl.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for first in range(0, args.docs, CHUNK):
+            m = min(CHUNK, args.docs - first)
+            seeds = usable[rng.integers(0, len(usable), m)]
+            n = lengths[seeds]
+            ends = np.cumsum(n)
+            within = np.arange(ends[-1]) - np.repeat(ends - n, n)
+            seeded = pool_ids[np.repeat(pool_offsets[seeds], n) + within]
+            u = rng.random(len(seeded))
+            drawn = np.searchsorted(cdf, rng.random(len(seeded)), side="right").clip(0, len(cdf) - 1)
+            tail = rng.zipf(args.zipf, len(seeded))
+            token = np.where(u < args.keep, seeded, drawn)
+            text = words[token]
+            is_tail = u >= 1 - args.tail
+            for i in np.flatnonzero(is_tail):
+                t = int(tail[i])
+                text[i] = tail_words.get(t) or tail_words.setdefault(t, _tail_word(t))
+            flat = text.tolist()
+            lines = []
+            for j in range(m):
+                passage = flat[ends[j] - n[j]:ends[j]]
+                lines.append(f'{{"id": "{first + j}", "title": "", "text": "{" ".join(passage)}"}}\n')
+                if len(query_source) < args.queries and rng.random() < 4 * args.queries / args.docs:
+                    query_source.append(passage)
+            f.write("".join(lines))
+            done = first + m
+            rate = done / (time.perf_counter() - start)
+            print(f"\r{done:,} passages, {rate:,.0f}/s", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    tmp.rename(out / "corpus.jsonl")
+    with open(out / "queries.tsv", "w", encoding="utf-8") as f:
+        for line in open(POOL / "queries.tsv", encoding="utf-8"):
+            f.write(line)
+        for i, passage in enumerate(query_source):
+            content = sorted({w for w in passage if w not in STOP and not w.isdigit()})
+            if len(content) < 2:
+                continue
+            chosen = rng.choice(content, min(len(content), int(rng.integers(2, 7))), replace=False)
+            f.write(f"synthetic-{i}\t{' '.join(chosen)}\n")
+    info = {"docs": args.docs, "seed": args.seed, "keep": args.keep, "tail": args.tail, "zipf": args.zipf,
+            "queries": sum(1 for _ in open(out / "queries.tsv")), "seconds": round(time.perf_counter() - start, 1)}
+    (out / "generated.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(json.dumps(info))
+    return out
+
+
+def build(args) -> None:
+    out = cache_dir(args.docs)
+    index = out / "index"
+    command = [sys.executable, "-m", "weir", "index", "build", "--collection", str(out / "corpus.jsonl"),
+               "--out", str(index), "--with", args.components, "--overwrite"]
+    start = time.perf_counter()
+    subprocess.run(command, check=True)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 ** 2
+    print(json.dumps({"docs": args.docs, "components": args.components, "build_seconds": round(seconds, 1),
+                      "peak_rss_gb_largest_process": round(peak, 2)}))
+
+
+def _latencies(engine, queries, k) -> tuple[list[float], list]:
+    times, answers = [], []
+    for q in queries:
+        start = time.perf_counter()
+        answers.append(engine(q, k))
+        times.append((time.perf_counter() - start) * 1000)
+    return times, answers
+
+
+def query(args) -> None:
+    sys.path.insert(0, str(ROOT))
+    from weir.core.trec import read_topics
+    from weir.indexer.index_dir import Index
+    from weir.ranker.retrievers.bm25 import BM25
+
+    out = cache_dir(args.docs)
+    topics = read_topics(out / "queries.tsv")[:args.queries]
+    start = time.perf_counter()
+    bm25 = BM25(Index(out / "index"))
+    engine = bm25.engine
+    weights = bm25.weights([q.text for q in topics])
+    engine.top(weights[0], 10)  # the block maxima, derived once
+    opened = time.perf_counter() - start
+    engines = {"weir": lambda w, k: engine.top(w, k),
+               "weir exhaustive": lambda w, k: engine.top(w, k, exhaustive=True)}
+    texts = {id(w): q.text for q, w in zip(topics, weights)}
+    if not args.no_lucene:
+        from weir.ranker.retrievers.lucene import LuceneBM25Searcher
+
+        lucene = LuceneBM25Searcher(Path(out / "index").joinpath("bm25") if False else Index(out / "index").component_path("bm25"))
+        engines["Lucene"] = lambda w, k: lucene.search(texts[id(w)], k)
+    print(f"{args.docs:,} passages, {len(topics)} queries, index opened and block maxima derived in {opened:.1f} s")
+    for k in args.k:
+        times = {name: [] for name in engines}
+        answers = {name: [] for name in engines}
+        for w in weights:  # engines take turns query by query
+            for name, run in engines.items():
+                t0 = time.perf_counter()
+                answers[name].append(run(w, k))
+                times[name].append((time.perf_counter() - t0) * 1000)
+        exact = sum(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+                    for a, b in zip(answers["weir"], answers["weir exhaustive"]))
+        line = [f"k={k}: pruned = exhaustive on {exact}/{len(weights)}"]
+        if "Lucene" in answers:
+            same = sum([d for d, _ in ref[:10]] == engine.docids_of(a[0][:10])
+                       for a, ref in zip(answers["weir"], answers["Lucene"]))
+            line.append(f"top 10 = Lucene's on {same}/{len(weights)}")
+        print("; ".join(line))
+        for name, values in times.items():
+            print(f"  {name:16s} median {statistics.median(values):7.2f} ms  p99 {percentile(values, 99):7.2f} ms")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["generate", "build", "query"])
+    ap.add_argument("--docs", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", type=float, default=0.5, help="share of words kept from the seed passage")
+    ap.add_argument("--tail", type=float, default=0.06, help="share of words from the made-up tail")
+    ap.add_argument("--zipf", type=float, default=1.25, help="the tail's Zipf exponent")
+    ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--components", default="bm25")
+    ap.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")], default=[10, 1000])
+    ap.add_argument("--no-lucene", action="store_true")
+    args = ap.parse_args()
+    {"generate": generate, "build": build, "query": query}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
