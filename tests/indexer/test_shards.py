@@ -151,7 +151,7 @@ def test_a_shard_set_holds_the_whole_index_impacts_and_shards_built_alone_do_not
         merged = sorted((h for s in sharded for h in s.search([query], 10)[0]), key=lambda h: (-h[1], h[0]))
         assert merged == expected, query
         found += len(expected)
-    assert found >= 4
+    assert found >= 3  # not vacuous: under int8 weights (a CPU without bf16) the untrained head gives q1 no hit
 
     alone = [tmp_path / f"alone-{i}" for i in range(2)]
     for i, p in enumerate(alone):
