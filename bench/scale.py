@@ -209,7 +209,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=float, default=0.5, help="share of words kept from the seed passage")
     ap.add_argument("--tail", type=float, default=0.06, help="share of words from the made-up tail")
-    ap.add_argument("--zipf", type=float, default=1.25, help="the tail's Zipf exponent")
+    ap.add_argument("--zipf", type=float, default=1.19, help="the tail's Zipf exponent")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--components", default="bm25")
     ap.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")], default=[10, 1000])

@@ -62,7 +62,9 @@ def test_attention_reranker_keeps_candidates(model_dir, tmp_path):
     from weir.ranker.rerankers.attention import AttentionReranker
 
     _tiny_index(tmp_path)
-    reranker = AttentionReranker(Index(tmp_path / "idx"), model_dir, depth=3, device="cpu", batch_size=2)
+    # a calibration cache of one passage: a batch of four is still answered (each computed before any is dropped)
+    reranker = AttentionReranker(Index(tmp_path / "idx"), model_dir, depth=3, device="cpu", batch_size=2,
+                                 na_cache_size=1)
     run = Run({"q1": [Hit(f"d{i}", 4.0 - i, i + 1) for i in range(4)], "q2": [Hit("d3", 1.0, 1)]})
     out = reranker([Query("q1", "coffee"), Query("q2", "spain")], run, k=10)
     assert sorted(h.doc_id for h in out["q1"]) == ["d0", "d1", "d2", "d3"]

@@ -86,6 +86,18 @@ def _tiny_model(tmp_path):
     return model, X
 
 
+def test_features_of_a_batch_larger_than_the_document_cache(tiny_index):
+    """A cache that holds one document answers a batch of three (each was dropped before the next was read)."""
+    from weir.ranker.rerankers.ltr_features import FeatureExtractor
+
+    run = Run({"q": [Hit("d3", 5.0, 1), Hit("d1", 3.0, 2), Hit("d2", 1.0, 3)]})
+    expected, _ = FeatureExtractor(tiny_index).extract([Query("q", "apple banana")], run, depth=3)
+    small = FeatureExtractor(tiny_index, cache_size=1)
+    for _ in range(2):
+        X, _ = small.extract([Query("q", "apple banana")], run, depth=3)
+        assert np.array_equal(X, expected, equal_nan=True)
+
+
 def test_ltr_model_round_trip(tmp_path):
     from weir.ranker.rerankers.ltr import LTRModel
 

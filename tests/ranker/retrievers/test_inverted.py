@@ -92,3 +92,15 @@ def test_pruned_search_equals_the_exhaustive_one(scores):
             if not (np.array_equal(pruned[0], exhaustive[0]) and np.array_equal(pruned[1], exhaustive[1])):
                 different.append((weights, k))
     assert not different, f"{len(different)} answers differ, first: {different[0]}"
+
+
+def test_candidate_scores_are_the_searched_scores():
+    """The LTR features' candidate scores, looked up in each term's postings, are the scores a search gives them."""
+    postings = _random_postings(20_000, 500, seed=3)
+    engine = InvertedIndex(BM25Scores(postings, 0.9, 0.4))
+    weights = {"t00003": 1, "t00040": 2, "t00200": 1}
+    docs, scores = engine.top(weights, 300)
+    ids = engine.docids_of(docs)
+    unmatched = next(d for d in postings.docids if d not in set(ids) and d not in
+                     set(engine.docids_of(engine.top(weights, 20_000)[0])))
+    assert engine.score(weights, ids + [unmatched, "no-such-doc"]) == scores.tolist() + [0.0, 0.0]

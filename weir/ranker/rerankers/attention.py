@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from weir.ranker.rerankers.backbone import (
     segment_masks,
 )
 from weir.core.inference import check_backend, feed, open_forward
+from weir.ranker.rerankers.lru import LruCache
 from weir.ranker.stage import Reranker, apply_scores
 from weir.core.runtime import autocast, shipped_model
 from weir.core.types import Query, Run, same_length_batches
@@ -111,8 +111,8 @@ class AttentionModel:
         with self._lock, torch.inference_mode(), autocast(self.device):
             # each query alone: its states do not depend on the other queries of a (micro-)batch
             q_states = dict(zip(unique_q, self.encode_states(unique_q, QUERY_MAX_TOKENS + 2, batch_size=1)))
-            p_states = self.passage_states.get_many(keys, passages,
-                                                    lambda texts: self.encode_states(texts, self.max_length))
+            p_states = self.passage_states.states(keys, passages,
+                                                  lambda texts: self.encode_states(texts, self.max_length))
             out: list = [None] * len(queries)
             head_index = [h for _, h in self.heads]
             # a query's pairs batched with its own pairs of the same passage length only: no padding, and no other
@@ -143,8 +143,7 @@ class AttentionReranker(Reranker):
         self.depth = depth
         self.batch_size = batch_size or (256 if self.model.device.startswith("cuda") else 32)
         self.model_card = self.model.card
-        self._na: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._na_size = na_cache_size
+        self._na = LruCache(na_cache_size)
 
     def clear_caches(self) -> None:
         """Forget the content-free calibration passes and (late interaction) the passage states computed so far: the
@@ -159,15 +158,12 @@ class AttentionReranker(Reranker):
 
     def _calibration(self, doc_ids: Sequence[str], texts: dict[str, str]) -> dict[str, np.ndarray]:
         """Head scores (K,) of the content-free query over each passage, cached per document."""
-        missing = [d for d in dict.fromkeys(doc_ids) if d not in self._na]
-        if missing:
+        def content_free(missing: list[str]) -> list[np.ndarray]:
             masses = self.model.masses([NA_QUERY] * len(missing), [texts[d] for d in missing], self.batch_size,
                                        missing)
-            for d, m in zip(missing, masses):
-                self._na[d] = m.mean(-1) if m.shape[-1] else np.zeros(len(self.model.heads))
-            while len(self._na) > self._na_size:
-                self._na.popitem(last=False)
-        return {d: self._na[d] for d in doc_ids}
+            return [m.mean(-1) if m.shape[-1] else np.zeros(len(self.model.heads)) for m in masses]
+
+        return dict(zip(doc_ids, self._na.get_many(doc_ids, content_free)))
 
     def score_pairs(self, queries: Sequence[Query], candidates: dict[str, list]) -> dict[str, list[float]]:
         """Per query, the score of each of its ``candidates`` (hits, in order)."""

@@ -28,7 +28,7 @@ BM25 idf ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the ``contents`` field. An
 from __future__ import annotations
 
 import math
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,6 +36,7 @@ import numpy as np
 from weir.core import bm25
 from weir.indexer.index_dir import Index
 from weir.core.types import Hit, Query, Run
+from weir.ranker.rerankers.lru import LruCache
 
 FEATURES = (
     "bm25", "bm25_norm", "title_bm25", "title_coverage", "dense_cos", "dense_cos_gap",
@@ -165,8 +166,7 @@ class FeatureExtractor:
 
             self.dense = open_dense(index, dense_component)
             self.encoder = self.dense.query_encoder(device=device)
-        self._docs: OrderedDict[str, tuple[list[str], list[str]]] = OrderedDict()
-        self._cache_size = cache_size
+        self._docs = LruCache(cache_size)  # (contents terms, title terms) per document
 
     def describe(self) -> dict:
         return {"features": list(self.names), "bm25": {"k1": K1, "b": B},
@@ -174,18 +174,12 @@ class FeatureExtractor:
 
     def _analyzed(self, doc_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
         """(contents terms, title terms) of each document, analyzed once and cached."""
-        missing = [d for d in dict.fromkeys(doc_ids) if d not in self._docs]
-        if missing:
+        def analyze(missing: list[str]) -> list[tuple[list[str], list[str]]]:
             docs = self.index.documents(missing)
-            for d in missing:
-                doc = docs.get(d)
-                if doc is None:
-                    self._docs[d] = ([], [])
-                else:
-                    self._docs[d] = (self.lucene.analyze(doc.contents), self.lucene.analyze(doc.title))
-            while len(self._docs) > self._cache_size:
-                self._docs.popitem(last=False)
-        return {d: self._docs[d] for d in doc_ids}
+            return [(self.lucene.analyze(docs[d].contents), self.lucene.analyze(docs[d].title)) if d in docs
+                    else ([], []) for d in missing]
+
+        return dict(zip(doc_ids, self._docs.get_many(doc_ids, analyze)))
 
     def _cosines(self, queries: Sequence[Query], candidates: dict[str, list[Hit]]) -> dict[str, np.ndarray]:
         if self.dense is None:

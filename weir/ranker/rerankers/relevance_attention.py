@@ -26,13 +26,13 @@ Only the rows of query word pieces are computed: the score depends on no other r
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from weir.core.types import same_length_batches
+from weir.ranker.rerankers.lru import LruCache
 
 
 class RelevanceAttention(torch.nn.Module):
@@ -126,26 +126,14 @@ def pad_states(states: Sequence, device: str = "cpu"):
     return x.to(device), valid.to(device), words.to(device)
 
 
-class StateCache:
-    """Token states per key (a document id, a query text), least recently used dropped beyond ``size`` (fp16)."""
+class StateCache(LruCache):
+    """Token states per key (a document id, a query text), kept in fp16, least recently used dropped beyond
+    ``size``."""
 
     def __init__(self, size: int = 4096):
-        self.size = size
-        self._items: OrderedDict = OrderedDict()
+        super().__init__(size)
 
-    def clear(self) -> None:
-        self._items.clear()
-
-    def get_many(self, keys: Sequence[str], texts: Sequence[str], encode) -> list:
-        """States of ``keys``; those missing are encoded together by ``encode(texts)``."""
-        missing = {k: t for k, t in zip(keys, texts) if k not in self._items}
-        if missing:
-            for k, s in zip(missing, encode(list(missing.values()))):
-                self._items[k] = s.half()
-        out = []
-        for k in keys:
-            self._items.move_to_end(k)
-            out.append(self._items[k])
-        while len(self._items) > self.size:
-            self._items.popitem(last=False)
-        return out
+    def states(self, keys: Sequence[str], texts: Sequence[str], encode) -> list:
+        """States of ``keys``; those missing are encoded together by ``encode(their texts)``."""
+        text_of = dict(zip(keys, texts))
+        return self.get_many(keys, lambda missing: [s.half() for s in encode([text_of[k] for k in missing])])

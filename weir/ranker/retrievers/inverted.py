@@ -158,7 +158,6 @@ class InvertedIndex:
         self.ids = DocIds(docids)  # doc number -> collection id, for the hits this engine ranks
         # rank of each document's id in string order: the tie-break after the score
         self.id_rank = self.ids.rank
-        self._doc_numbers: dict[str, int] | None = None
 
     def _accumulate(self, weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         """Every document's score (the double sum of its float term scores; one ``bincount`` over the postings of
@@ -259,14 +258,27 @@ class InvertedIndex:
         return self._ordered(candidates, scores, k)
 
     def score(self, weights: Mapping[str, float], docids: Sequence[str]) -> list[float]:
-        """The score of each of ``docids`` for the query (0 for a document without a query term, or unknown)."""
-        if self._doc_numbers is None:
-            self._doc_numbers = {d: i for i, d in enumerate(self.docids)}
-        acc, matched = self._accumulate(weights)
-        if not len(matched):
-            return [0.0] * len(docids)
-        numbers = self._doc_numbers
-        return [float(np.float32(acc[numbers[d]])) if d in numbers else 0.0 for d in docids]
+        """The score of each of ``docids`` for the query (0 for a document without a query term, or unknown): each
+        query term's postings searched for the candidates (a binary search a candidate and term), never an
+        accumulator over the collection."""
+        numbers = self.ids.find(list(docids)) if len(docids) else np.zeros(0, dtype=np.int64)
+        known = numbers >= 0
+        total = np.zeros(len(numbers), dtype=np.float64)
+        term_ids, offsets, docs = self.postings.term_ids, self.postings.offsets, self.postings.docs
+        for term, weight in weights.items():
+            if not weight > 0:
+                raise ValueError(f"query term weights must be positive (got {weight!r} for {term!r})")
+            t = term_ids.get(term)
+            if t is None or not known.any():
+                continue
+            start, end = int(offsets[t]), int(offsets[t + 1])
+            at = np.searchsorted(docs[start:end], numbers).clip(0, max(end - start - 1, 0))
+            hit = known & (docs[start + at] == numbers) if end > start else np.zeros(len(numbers), dtype=bool)
+            if hit.any():
+                contributions = (self.scores.unit[start + at[hit]] if weight == 1
+                                 else self.scores.contributions(t, weight)[at[hit]])
+                total[hit] += contributions
+        return total.astype(np.float32).tolist()
 
     @property
     def nbytes(self) -> int:
