@@ -179,7 +179,7 @@ def query(args) -> None:
     if not args.no_lucene:
         from weir.ranker.retrievers.lucene import LuceneBM25Searcher
 
-        lucene = LuceneBM25Searcher(Path(out / "index").joinpath("bm25") if False else Index(out / "index").component_path("bm25"))
+        lucene = LuceneBM25Searcher(Index(out / "index").component_path("bm25"))
         engines["Lucene"] = lambda w, k: lucene.search(texts[id(w)], k)
     print(f"{args.docs:,} passages, {len(topics)} queries, index opened and block maxima derived in {opened:.1f} s")
     for k in args.k:

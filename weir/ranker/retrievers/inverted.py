@@ -44,30 +44,54 @@ BLOCK = 1 << 20  # postings per block when scores are precomputed (bounds the te
 
 
 class TermScores:
-    """The float score of each posting of a term for a query weight (boost); subclasses hold one similarity and
-    ``unit``, the score of every posting at weight 1."""
+    """The float score of each posting of a term for a query weight (boost), in one similarity: what the pruned
+    kernel computes per posting (:mod:`weir.ranker.retrievers.maxscore`, ``kind`` and ``cache``), and, for the
+    exhaustive scorer, ``unit``, the score of every posting at weight 1 (made only when that scorer is used)."""
 
     name = ""
-    unit: np.ndarray
-    can_be_zero = False  # whether a matched posting can score 0 (then a matched document can sum to 0)
+    kind = -1
+    cache = np.zeros(256, dtype=np.float32)  # BM25's length factor per norm byte (unused by impacts)
 
     def __init__(self, postings: Postings):
         self.postings = postings
 
     @cached_property
     def blocks(self) -> maxscore.BlockMaxima:
-        """The block maxima of :attr:`unit` that the pruned search skips by (computed once, when first asked)."""
-        return maxscore.BlockMaxima(self.postings.offsets, self.postings.docs, self.unit)
+        """The block maxima the pruned search skips by (one pass over the postings, when first asked)."""
+        p = self.postings
+        norms = p.norms if p.norms is not None else np.zeros(1, dtype=np.uint8)
+        return maxscore.BlockMaxima(p.offsets, p.docs, p.freqs, norms, self.cache, self.kind)
+
+    @cached_property
+    def unit(self) -> np.ndarray:
+        raise NotImplementedError
+
+    @cached_property
+    def can_be_zero(self) -> bool:
+        """Whether a matched posting can score 0 (then a matched document can sum to 0)."""
+        return not bool((self.unit > 0).all())
+
+    def weight(self, term: int, boost: float) -> np.float32:
+        """The kernel's weight of a query term: BM25's ``boost * idf``, an impact's boost."""
+        raise NotImplementedError
 
     def contributions(self, term: int, boost: float) -> np.ndarray:
+        """The score of each posting of ``term`` at ``boost``."""
+        start, end = self.postings.offsets[term], self.postings.offsets[term + 1]
+        if boost == 1:
+            return self.unit[start:end]
+        return self.scores_at(term, np.arange(start, end), boost)
+
+    def scores_at(self, term: int, positions: np.ndarray, boost: float) -> np.ndarray:
+        """The scores of the postings at ``positions`` (of ``term``) at ``boost``."""
         raise NotImplementedError
 
 
 class BM25Scores(TermScores):
-    """Lucene's ``BM25Similarity(k1, b)``. The scores at boost 1 (every query term asked once) are precomputed
-    for all postings, bm25s-style; other boosts are computed for the term's postings when asked."""
+    """Lucene's ``BM25Similarity(k1, b)``."""
 
     name = "bm25"
+    kind = maxscore.BM25
 
     def __init__(self, postings: Postings, k1: float, b: float, statistics: CollectionStatistics | None = None):
         super().__init__(postings)
@@ -86,30 +110,31 @@ class BM25Scores(TermScores):
         avgdl = np.float32(sum_ttf / float(doc_count))
         lengths = LENGTH_TABLE.astype(np.float32)
         self.cache = (ONE / (self.k1 * ((ONE - self.b) + self.b * lengths / avgdl))).astype(np.float32)
-        df = doc_freqs.astype(np.float64)
-        n = float(doc_count)
-        self.idf = bm25.idf(n, df).astype(np.float32)
-        # the score of every posting at boost 1, computed a block at a time (the temporaries stay small) and in place:
-        # x = 1 + freq * cache[norm], then idf - idf / x, the same float operations as Lucene's
-        self.unit = np.empty(len(postings.docs), dtype=np.float32)
-        for start in range(0, len(self.unit), BLOCK):
-            end = min(start + BLOCK, len(self.unit))
+        self.idf = bm25.idf(float(doc_count), doc_freqs.astype(np.float64)).astype(np.float32)
+
+    @cached_property
+    def unit(self) -> np.ndarray:
+        """The score of every posting at boost 1, computed a block at a time (the temporaries stay small) and in place:
+        x = 1 + freq * cache[norm], then idf - idf / x, the same float operations as Lucene's."""
+        postings = self.postings
+        unit = np.empty(len(postings.docs), dtype=np.float32)
+        for start in range(0, len(unit), BLOCK):
+            end = min(start + BLOCK, len(unit))
             term_of_posting = np.searchsorted(postings.offsets, np.arange(start, end), side="right") - 1
             x = postings.freqs[start:end].astype(np.float32)
             x *= self.cache[postings.norms[postings.docs[start:end]]]
             x += ONE
             w = self.idf[term_of_posting]
             np.divide(w, x, out=x)
-            np.subtract(w, x, out=self.unit[start:end])
-        self.can_be_zero = not bool((self.unit > 0).all())  # x == 1 in float: then Lucene's score is 0
+            np.subtract(w, x, out=unit[start:end])
+        return unit
 
-    def contributions(self, term: int, boost: float) -> np.ndarray:
-        start, end = self.postings.offsets[term], self.postings.offsets[term + 1]
-        if boost == 1:
-            return self.unit[start:end]
-        weight = np.float32(boost) * self.idf[term]
-        p = self.postings
-        denominator = ONE + p.freqs[start:end].astype(np.float32) * self.cache[p.norms[p.docs[start:end]]]
+    def weight(self, term: int, boost: float) -> np.float32:
+        return np.float32(boost) * self.idf[term]
+
+    def scores_at(self, term: int, positions: np.ndarray, boost: float) -> np.ndarray:
+        weight, p = self.weight(term, boost), self.postings
+        denominator = ONE + p.freqs[positions].astype(np.float32) * self.cache[p.norms[p.docs[positions]]]
         return weight - weight / denominator
 
 
@@ -118,16 +143,17 @@ class ImpactScores(TermScores):
     query term's weight."""
 
     name = "impact"
+    kind = maxscore.IMPACT
 
-    def __init__(self, postings: Postings):
-        super().__init__(postings)
-        self.unit = postings.freqs.astype(np.float32)
+    @cached_property
+    def unit(self) -> np.ndarray:
+        return self.postings.freqs.astype(np.float32)
 
-    def contributions(self, term: int, boost: float) -> np.ndarray:
-        start, end = self.postings.offsets[term], self.postings.offsets[term + 1]
-        if boost == 1:
-            return self.unit[start:end]
-        return self.unit[start:end] * np.float32(boost)
+    def weight(self, term: int, boost: float) -> np.float32:
+        return np.float32(boost)
+
+    def scores_at(self, term: int, positions: np.ndarray, boost: float) -> np.ndarray:
+        return self.postings.freqs[positions].astype(np.float32) * np.float32(boost)
 
 
 class InvertedIndex:
@@ -198,38 +224,31 @@ class InvertedIndex:
         query = self._query(weights)
         if k <= 0 or query is None:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
-        blocks = self.scores.blocks
-        docs, scores = maxscore.top_k(self.postings.docs, self.scores.unit, blocks.last_doc, blocks.max_score, *query,
-                                      self.id_rank, k, self.postings.max_doc)
+        p, similarity = self.postings, self.scores
+        blocks = similarity.blocks
+        norms = p.norms if p.norms is not None else np.zeros(1, dtype=np.uint8)
+        docs, scores = maxscore.top_k(p.docs, p.freqs, norms, similarity.cache, similarity.kind, blocks.last_doc,
+                                      blocks.max_key, *query, self.id_rank, k, p.max_doc)
         return self._ordered(docs, scores, k)
 
     def _query(self, weights: Mapping[str, float]) -> tuple | None:
-        """The kernel's view of a query: per known term its postings, its blocks, and (a weight other than 1) its
-        scores and block maxima computed now; None when no query term is in the index."""
+        """The kernel's view of a query: per known term its postings, its blocks and its weight; None when no query
+        term is in the index."""
         term_ids, offsets = self.postings.term_ids, self.postings.offsets
         first_block = self.scores.blocks.first_block
-        rows, own, own_max, at, at_max = [], [], [], 0, 0
+        terms, kernel_weights = [], []
         for term, weight in weights.items():
             if not weight > 0:
                 raise ValueError(f"query term weights must be positive (got {weight!r} for {term!r})")
             t = term_ids.get(term)
-            if t is None or offsets[t] == offsets[t + 1]:
-                continue
-            if weight == 1:
-                rows.append((t, -1, -1))
-                continue
-            contributions = self.scores.contributions(t, weight)
-            own.append(contributions)
-            own_max.append(maxscore.BlockMaxima.of_term(contributions))
-            rows.append((t, at, at_max))
-            at, at_max = at + len(contributions), at_max + len(own_max[-1])
-        if not rows:
+            if t is not None and offsets[t] < offsets[t + 1]:
+                terms.append(t)
+                kernel_weights.append(self.scores.weight(t, weight))
+        if not terms:
             return None
-        terms = np.array([r[0] for r in rows], dtype=np.int64)
-        own_at = np.array([r[1:] for r in rows], dtype=np.int64).reshape(len(rows), 2)
-        empty = np.zeros(0, dtype=np.float32)
-        return (offsets[terms], offsets[terms + 1], first_block[terms], first_block[terms + 1],
-                np.concatenate(own) if own else empty, np.concatenate(own_max) if own_max else empty, own_at)
+        ts = np.array(terms, dtype=np.int64)
+        return (offsets[ts], offsets[ts + 1], first_block[ts], first_block[ts + 1],
+                np.array(kernel_weights, dtype=np.float32))
 
     def _ordered(self, candidates: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The best ``k`` of ``candidates`` in Lucene's order: higher scores first, then the id's rank."""
@@ -275,15 +294,13 @@ class InvertedIndex:
             at = np.searchsorted(docs[start:end], numbers).clip(0, max(end - start - 1, 0))
             hit = known & (docs[start + at] == numbers) if end > start else np.zeros(len(numbers), dtype=bool)
             if hit.any():
-                contributions = (self.scores.unit[start + at[hit]] if weight == 1
-                                 else self.scores.contributions(t, weight)[at[hit]])
-                total[hit] += contributions
+                total[hit] += self.scores.scores_at(t, start + at[hit], weight)
         return total.astype(np.float32).tolist()
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the arrays searched (postings, norms, precomputed scores, tie-break ranks)."""
-        extra = self.scores.unit.nbytes + self.id_rank.nbytes
+        """Bytes of the arrays searched (postings, norms, block maxima, tie-break ranks)."""
+        extra = self.scores.blocks.nbytes + self.id_rank.nbytes
         return self.postings.nbytes + extra
 
 

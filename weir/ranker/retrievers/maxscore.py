@@ -35,33 +35,64 @@ BLOCK_SIZE = 128  # postings per block (Lucene's and PISA's block size)
 WINDOW = 1 << 13  # doc numbers per window
 
 
-class BlockMaxima:
-    """Per term its blocks (``first_block[t]:first_block[t + 1]``), per block its last doc number and largest score."""
+BM25, IMPACT = 0, 1  # the similarities the kernel scores with
 
-    def __init__(self, offsets: np.ndarray, docs: np.ndarray, scores: np.ndarray):
-        lengths = np.diff(offsets)
-        blocks = (lengths + BLOCK_SIZE - 1) // BLOCK_SIZE
-        self.first_block = np.zeros(len(lengths) + 1, dtype=np.int64)
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _key(kind, freq, doc, norms, cache):
+    """What a posting's score grows with: BM25's ``1 + freq * cache[norm]`` (Lucene's float operations), an impact's
+    frequency."""
+    if kind == BM25:
+        return np.float32(1) + np.float32(freq) * cache[norms[doc]]
+    return np.float32(freq)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _score(kind, weight, key):
+    """Lucene's float score of a posting from its key and the query term's weight (BM25: ``boost * idf``; impact:
+    the boost): BM25Similarity's ``weight - weight / (1 + freq * cache[norm])``, ImpactSimilarity's ``freq * boost``.
+    Both grow with the key, so a block's largest key gives its largest score at any weight."""
+    if kind == BM25:
+        return weight - weight / key
+    return key * weight
+
+
+@numba.njit(nogil=True, cache=True)
+def _block_maxima(offsets, docs, freqs, norms, cache, kind, first_block, last_doc, max_key):
+    for t in range(len(offsets) - 1):
+        b = first_block[t]
+        for start in range(offsets[t], offsets[t + 1], BLOCK_SIZE):
+            end = min(start + BLOCK_SIZE, offsets[t + 1])
+            top = np.float32(0)
+            for p in range(start, end):
+                k = _key(kind, freqs[p], docs[p], norms, cache)
+                if k > top:
+                    top = k
+            last_doc[b] = docs[end - 1]
+            max_key[b] = top
+            b += 1
+
+
+class BlockMaxima:
+    """Per term its blocks (``first_block[t]:first_block[t + 1]``), per block its last doc number and its largest
+    key (:func:`_key`), from which the block's largest score at any query weight follows. One pass over the postings
+    (about a second per 300M postings), made when an engine is opened: BM25's keys depend on k1, b and the collection
+    statistics (a shard scores with its shard set's), so they are not stored with the index."""
+
+    def __init__(self, offsets: np.ndarray, docs: np.ndarray, freqs: np.ndarray, norms: np.ndarray,
+                 cache: np.ndarray, kind: int):
+        blocks = (np.diff(offsets) + BLOCK_SIZE - 1) // BLOCK_SIZE
+        self.first_block = np.zeros(len(blocks) + 1, dtype=np.int64)
         np.cumsum(blocks, out=self.first_block[1:])
         total = int(self.first_block[-1])
-        # the first posting of every block: its term's start plus a multiple of the block size
-        within = np.arange(total, dtype=np.int64) - np.repeat(self.first_block[:-1], blocks)
-        starts = np.repeat(offsets[:-1], blocks) + within * BLOCK_SIZE
-        ends = np.minimum(starts + BLOCK_SIZE, np.repeat(offsets[1:], blocks))
-        self.last_doc = docs[ends - 1].astype(np.int32) if total else np.zeros(0, dtype=np.int32)
-        self.max_score = (np.maximum.reduceat(scores, starts).astype(np.float32) if total
-                          else np.zeros(0, dtype=np.float32))
-
-    @staticmethod
-    def of_term(scores: np.ndarray) -> np.ndarray:
-        """The block maxima of one term's scores (for a query weight whose scores are computed when asked)."""
-        if not len(scores):
-            return np.zeros(0, dtype=np.float32)
-        return np.maximum.reduceat(scores, np.arange(0, len(scores), BLOCK_SIZE)).astype(np.float32)
+        self.last_doc = np.empty(total, dtype=np.int32)
+        self.max_key = np.empty(total, dtype=np.float32)
+        _block_maxima(offsets, docs, freqs, norms, cache.astype(np.float32), kind, self.first_block, self.last_doc,
+                      self.max_key)
 
     @property
     def nbytes(self) -> int:
-        return self.first_block.nbytes + self.last_doc.nbytes + self.max_score.nbytes
+        return self.first_block.nbytes + self.last_doc.nbytes + self.max_key.nbytes
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -113,14 +144,12 @@ def _offer(h_score, h_rank, h_doc, size, k, score, rank, doc):
 
 
 @numba.njit(nogil=True, cache=True)
-def top_k(docs, unit, block_last, block_max, starts, ends, first_blocks, block_ends, own, own_max, own_at,
-          id_rank, k, max_doc):
+def top_k(docs, freqs, norms, cache, kind, block_last, block_key, starts, ends, first_blocks, block_ends, weights,
+          id_rank, k, max_doc, window=WINDOW):
     """The top ``k`` documents of one query: (doc numbers, float32 scores), in no particular order.
 
-    Term ``i`` of the query owns postings ``starts[i]:ends[i]`` of ``docs`` and blocks ``first_blocks[i]:
-    block_ends[i]``; its scores are ``unit`` and its block maxima ``block_max`` when ``own_at[i] < 0``, otherwise
-    ``own[own_at[i] + p - starts[i]]`` and ``own_max[block_own + b - first_blocks[i]]`` (a query weight other than 1:
-    ``own_at`` is then ``(posting offset, block offset)`` packed as two int64 columns)."""
+    Term ``i`` of the query owns postings ``starts[i]:ends[i]`` of ``docs`` and ``freqs``, blocks ``first_blocks[i]:
+    block_ends[i]``, and the weight ``weights[i]`` (float32: BM25's ``boost * idf``, an impact's boost)."""
     n = len(starts)
     h_score = np.empty(k, dtype=np.float32)
     h_rank = np.empty(k, dtype=np.int64)
@@ -131,17 +160,17 @@ def top_k(docs, unit, block_last, block_max, starts, ends, first_blocks, block_e
     block = first_blocks.copy()
     bound = np.zeros(n, dtype=np.float64)
     prefix = np.zeros(n + 1, dtype=np.float64)
-    acc = np.zeros(WINDOW, dtype=np.float64)
-    seen = np.zeros(WINDOW, dtype=np.bool_)
-    touched = np.empty(WINDOW, dtype=np.int64)
+    acc = np.zeros(window, dtype=np.float64)
+    seen = np.zeros(window, dtype=np.bool_)
+    touched = np.empty(window, dtype=np.int64)
 
     low = max_doc
     for i in range(n):
         if pos[i] < ends[i] and docs[pos[i]] < low:
             low = docs[pos[i]]
     while low < max_doc:
-        high = min(low + WINDOW, max_doc)
-        # each term's bound in [low, high): the largest maximum of the blocks that overlap the window
+        high = min(low + window, max_doc)
+        # each term's bound in [low, high): the largest score of the blocks that overlap the window
         for i in range(n):
             bound[i] = 0.0
             b = block[i]
@@ -154,14 +183,13 @@ def top_k(docs, unit, block_last, block_max, starts, ends, first_blocks, block_e
             first = starts[i] + (b - first_blocks[i]) * BLOCK_SIZE
             if pos[i] < first:
                 pos[i] = first
+            top = np.float32(0)
             while b < block_ends[i] and docs[starts[i] + (b - first_blocks[i]) * BLOCK_SIZE] < high:
-                if own_at[i, 0] < 0:
-                    m = block_max[b]
-                else:
-                    m = own_max[own_at[i, 1] + b - first_blocks[i]]
-                if m > bound[i]:
-                    bound[i] = m
+                if block_key[b] > top:
+                    top = block_key[b]
                 b += 1
+            if top > 0:
+                bound[i] = _score(kind, weights[i], top)
         order = np.argsort(bound)
         for j in range(n):
             prefix[j + 1] = prefix[j] + bound[order[j]]
@@ -175,17 +203,18 @@ def top_k(docs, unit, block_last, block_max, starts, ends, first_blocks, block_e
                 i = order[j]
                 p = pos[i]
                 end = ends[i]
+                w = weights[i]
                 while p < end and docs[p] < low:
                     p += 1
-                own_p = own_at[i, 0] - starts[i]
                 while p < end and docs[p] < high:
-                    d = docs[p] - low
+                    doc = docs[p]
+                    d = doc - low
                     if not seen[d]:
                         seen[d] = True
                         acc[d] = 0.0
                         touched[count] = d
                         count += 1
-                    acc[d] += unit[p] if own_at[i, 0] < 0 else own[own_p + p]
+                    acc[d] += _score(kind, w, _key(kind, freqs[p], doc, norms, cache))
                     p += 1
                 pos[i] = p
             if essential > 0 and count > 1:
@@ -211,7 +240,7 @@ def top_k(docs, unit, block_last, block_max, starts, ends, first_blocks, block_e
                                 p += 1
                             pos[i] = p
                             if docs[p] == doc:
-                                s += unit[p] if own_at[i, 0] < 0 else own[own_at[i, 0] - starts[i] + p]
+                                s += _score(kind, weights[i], _key(kind, freqs[p], doc, norms, cache))
                         else:
                             pos[i] = ends[i]
                         if np.float32(s + prefix[j]) < threshold:
@@ -220,6 +249,8 @@ def top_k(docs, unit, block_last, block_max, starts, ends, first_blocks, block_e
                     if dropped:
                         continue
                 score = np.float32(s)
+                if size == k and score < threshold:
+                    continue
                 size = _offer(h_score, h_rank, h_doc, size, k, score, id_rank[doc], doc)
                 if size == k:
                     threshold = h_score[0]
