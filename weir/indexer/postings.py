@@ -146,11 +146,17 @@ class Postings:
             raise ValueError(f"{directory} was exported from another state of the Lucene index at {lucene_path} "
                              f"({meta['lucene_commit']['file']}, now {name}); rebuild the index")
         terms = (directory / "terms.txt").read_text(encoding="utf-8").split("\n")[:-1]
-        norms = np.load(directory / "norms.npy") if meta["norms"] else None
-        doc_freqs = np.load(directory / "lucene_doc_freqs.npy") if meta.get("deleted_documents") else None
-        return cls(meta["field"], terms, np.load(directory / "offsets.npy"), np.load(directory / "docs.npy"),
-                   np.load(directory / "freqs.npy"), norms, meta["max_doc"], meta["doc_count"],
+        norms = _mapped(directory / "norms.npy") if meta["norms"] else None
+        doc_freqs = _mapped(directory / "lucene_doc_freqs.npy") if meta.get("deleted_documents") else None
+        return cls(meta["field"], terms, _mapped(directory / "offsets.npy"), _mapped(directory / "docs.npy"),
+                   _mapped(directory / "freqs.npy"), norms, meta["max_doc"], meta["doc_count"],
                    meta["sum_total_term_freq"], read_docid_table(lucene_path), meta.get("num_docs"), doc_freqs)
+
+
+def _mapped(path: Path) -> np.ndarray:
+    """A stored array memory-mapped read-only: its pages are the page cache's, shared by every process that serves the
+    index, and read from disk as queries touch them (a plain ndarray view, as the compiled kernels take)."""
+    return np.asarray(np.load(path, mmap_mode="r"))
 
 
 def _smallest_unsigned(values: np.ndarray) -> np.ndarray:
