@@ -202,9 +202,66 @@ def query(args) -> None:
             print(f"  {name:16s} median {statistics.median(values):7.2f} ms  p99 {percentile(values, 99):7.2f} ms")
 
 
+def threads(args) -> None:
+    """Queries a second, one thread against two, the same queries (``BM25.retrieve``: analysis, the kernel, the run's
+    arrays), in alternating rounds: the kernel releases the GIL, so the second thread should nearly double it."""
+    import concurrent.futures as cf
+
+    sys.path.insert(0, str(ROOT))
+    from weir.core.trec import read_topics
+    from weir.indexer.index_dir import Index
+    from weir.ranker.retrievers.bm25 import BM25
+
+    out = cache_dir(args.docs)
+    topics = read_topics(out / "queries.tsv")[:args.queries]
+    bm25 = BM25(Index(out / "index"))
+    bm25.retrieve(topics[:1], 10)
+    batches = [topics[i:i + 8] for i in range(0, len(topics), 8)]  # the service's micro-batches are small too
+    for k in args.k:
+        rates = {1: [], 2: []}
+        for _ in range(args.rounds):
+            for n in (1, 2):
+                with cf.ThreadPoolExecutor(n) as pool:
+                    start = time.perf_counter()
+                    list(pool.map(lambda batch: bm25.retrieve(batch, k), batches))
+                    rates[n].append(len(topics) / (time.perf_counter() - start))
+        one, two = statistics.median(rates[1]), statistics.median(rates[2])
+        print(f"k={k}: 1 thread {one:,.0f} queries/s, 2 threads {two:,.0f} ({two / one:.2f}x), "
+              f"medians of {args.rounds} rounds")
+
+
+def serve(args) -> None:
+    """`weir serve` over the index (bm25 only, checksums not verified: the start-up check reads every byte), one gRPC
+    bm25 call, the server's RSS, and closed-loop callers (1, then 2) for ``--seconds`` each."""
+    from _load import Served, drive, rss_mib
+
+    sys.path.insert(0, str(ROOT))
+    from weir.core.trec import read_topics
+    from weir.service.client import SearchClient
+
+    out = cache_dir(args.docs)
+    start = time.perf_counter()
+    served = Served(str(out / "index"), "--pipelines bm25 --no-verify --workers 2")
+    ready = time.perf_counter() - start
+    try:
+        topics = [q.text for q in read_topics(out / "queries.tsv")][:args.queries]
+        with SearchClient(f"127.0.0.1:{served.port}") as client:
+            hits = client.search(topics[0], pipeline="bm25", k=10)
+        print(f"serving {args.docs:,} passages after {ready:.1f} s; bm25 k=10 for {topics[0]!r}: "
+              f"{[h.doc_id for h in hits][:3]}...; server RSS {rss_mib(served.process.pid):,.0f} MiB")
+        for k in args.k:
+            for callers in (1, 2):
+                f = drive(served.port, topics, "bm25", callers, args.seconds, k=k, depth=k, timeout=10.0)
+                print(f"  k={k} {callers} caller(s): {f['qps']:,.0f} OK/s, p50 {f['p50']:.2f} ms, p99 {f['p99']:.2f} ms,"
+                      f" codes {f['codes']}")
+        print(f"server RSS after: {rss_mib(served.process.pid):,.0f} MiB")
+    finally:
+        served.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["generate", "build", "query"])
+    ap.add_argument("command", choices=["generate", "build", "query", "threads", "serve"])
     ap.add_argument("--docs", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=float, default=0.5, help="share of words kept from the seed passage")
@@ -214,8 +271,10 @@ def main() -> None:
     ap.add_argument("--components", default="bm25")
     ap.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")], default=[10, 1000])
     ap.add_argument("--no-lucene", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=20.0)
     args = ap.parse_args()
-    {"generate": generate, "build": build, "query": query}[args.command](args)
+    {"generate": generate, "build": build, "query": query, "threads": threads, "serve": serve}[args.command](args)
 
 
 if __name__ == "__main__":

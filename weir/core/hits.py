@@ -24,27 +24,41 @@ from functools import cached_property
 
 import numpy as np
 
+from weir.core.strings import StringTable
+
 SCALE = 10 ** 6  # the TREC writer's six decimals
 
 
 class DocIds:
-    """The collection id of each ordinal of one numbering of the documents (shared by every query a stage answers)."""
+    """The collection id of each ordinal of one numbering of the documents (shared by every query a stage answers):
+    a list of ids, or an index's :class:`weir.core.strings.StringTable` (millions of ids without a Python object each;
+    :attr:`ids` makes them all only when asked)."""
 
-    def __init__(self, ids: Sequence[str]):
-        self.ids = ids if isinstance(ids, np.ndarray) and ids.dtype == object else np.asarray(list(ids), dtype=object)
+    def __init__(self, ids: Sequence[str] | StringTable):
+        self.table = ids if isinstance(ids, StringTable) else None
+        if self.table is None:
+            self.ids = (ids if isinstance(ids, np.ndarray) and ids.dtype == object
+                        else np.asarray(list(ids), dtype=object))
         self._into: dict[int, tuple[DocIds, np.ndarray]] = {}
 
+    @cached_property
+    def ids(self) -> np.ndarray:
+        """Every id as a Python string (for a table: made now, and kept)."""
+        return np.asarray(self.table.take(np.arange(len(self.table))), dtype=object)
+
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.table) if self.table is not None else len(self.ids)
 
     def __getstate__(self) -> dict:  # a pickle (to a Ray actor) carries the ids; what is derived is made again there
-        return {"ids": self.ids}
+        return {"ids": self.table if self.table is not None else self.ids}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["ids"])
 
     def of(self, ordinals: np.ndarray) -> list[str]:
         """The collection ids of ``ordinals``."""
+        if self.table is not None:
+            return self.table.take(ordinals)
         return self.ids[ordinals].tolist()
 
     @cached_property
@@ -55,15 +69,18 @@ class DocIds:
 
     @cached_property
     def rank(self) -> np.ndarray:
-        """Each ordinal's rank in the string order of the ids (numpy's order of ``str`` is Python's: by code point):
-        ordering by it orders by id."""
-        rank = np.empty(len(self.ids), dtype=np.int32)
-        rank[self._sorted[1]] = np.arange(len(self.ids), dtype=np.int32)
+        """Each ordinal's rank in the string order of the ids (numpy's order of ``str`` is Python's: by code point,
+        which is the UTF-8 byte order a table sorts by): ordering by it orders by id."""
+        order = self.table.order() if self.table is not None else self._sorted[1]
+        rank = np.empty(len(order), dtype=np.int32)
+        rank[order] = np.arange(len(order), dtype=np.int32)
         return rank
 
     @cached_property
     def utf8(self) -> np.ndarray | None:
         """The ids as UTF-8 bytes (a numpy ``S`` array), or None when an id holds a NUL (which ``S`` cannot keep)."""
+        if self.table is not None:
+            return None if (self.table.buffer == 0).any() else self.table.utf8()
         encoded = [d.encode("utf-8") for d in self.ids.tolist()]
         if any(b"\0" in d for d in encoded):
             return None
@@ -71,6 +88,8 @@ class DocIds:
 
     def find(self, ids: Sequence[str] | np.ndarray) -> np.ndarray:
         """The ordinal of each of ``ids`` in this table, -1 for an id it does not hold."""
+        if self.table is not None:
+            return self.table.find([str(d) for d in ids])
         ordered, order = self._sorted
         wanted = np.asarray(ids, dtype=str) if len(ids) else np.zeros(0, dtype=str)
         if not len(ordered):

@@ -30,14 +30,14 @@ import logging
 import time
 from array import array
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from weir.indexer.lucene import open_reader, read_docid_table
+from weir.indexer.lucene import DOCIDS, open_reader, read_docid_table
 from weir.core import jvm
+from weir.core.strings import StringTable
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Postings:
     """The postings, norms and collection statistics of one field (see the module docstring for each array)."""
 
     field: str
-    terms: list[str]
+    terms: StringTable  # sorted (Lucene's order: UTF-8 bytes)
     offsets: np.ndarray
     docs: np.ndarray
     freqs: np.ndarray
@@ -89,7 +89,7 @@ class Postings:
     max_doc: int
     doc_count: int
     sum_total_term_freq: int
-    docids: list[str]  # the collection id of each Lucene doc number (the component's docids.txt)
+    docids: StringTable  # the collection id of each Lucene doc number (the component's docids.txt)
     # an index with deleted documents (one written by another tool): the postings leave them out, but Lucene's
     # statistics count them, so its document frequencies are kept apart, and the live documents counted
     num_docs: int | None = None
@@ -97,9 +97,11 @@ class Postings:
     # what readers derive from these arrays (a similarity's precomputed scores), kept as long as the arrays are
     derived: dict = field(default_factory=dict, repr=False, compare=False)
 
-    @cached_property
-    def term_ids(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.terms)}
+    def __post_init__(self):  # lists of strings (postings made in memory) become tables
+        if not isinstance(self.terms, StringTable):
+            object.__setattr__(self, "terms", StringTable.of(self.terms, sorted=True))
+        if not isinstance(self.docids, StringTable):
+            object.__setattr__(self, "docids", StringTable.of(self.docids))
 
     @property
     def doc_freqs(self) -> np.ndarray:
@@ -116,8 +118,6 @@ class Postings:
         return sum(a.nbytes for a in arrays)
 
     def write(self, directory: Path, lucene_path: Path, seconds: float) -> None:
-        if any("\n" in t for t in self.terms):
-            raise ValueError("a term holds a newline; terms.txt can not store it")
         directory.mkdir(parents=True, exist_ok=True)
         np.save(directory / "offsets.npy", self.offsets)
         np.save(directory / "docs.npy", self.docs)
@@ -126,7 +126,7 @@ class Postings:
             np.save(directory / "norms.npy", self.norms)
         if self.lucene_doc_freqs is not None:
             np.save(directory / "lucene_doc_freqs.npy", self.lucene_doc_freqs)
-        (directory / "terms.txt").write_text("".join(t + "\n" for t in self.terms), encoding="utf-8")
+        (directory / "terms.txt").write_bytes(self.terms.buffer.tobytes())
         name, digest = commit_digest(lucene_path)
         meta = {"format": FORMAT, "field": self.field, "terms": len(self.terms), "postings": len(self.docs),
                 "max_doc": self.max_doc, "doc_count": self.doc_count,
@@ -145,12 +145,21 @@ class Postings:
         if meta["lucene_commit"] != {"file": name, "sha256": digest}:
             raise ValueError(f"{directory} was exported from another state of the Lucene index at {lucene_path} "
                              f"({meta['lucene_commit']['file']}, now {name}); rebuild the index")
-        terms = (directory / "terms.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        terms = StringTable.read(directory / "terms.txt", sorted=True)
         norms = _mapped(directory / "norms.npy") if meta["norms"] else None
         doc_freqs = _mapped(directory / "lucene_doc_freqs.npy") if meta.get("deleted_documents") else None
         return cls(meta["field"], terms, _mapped(directory / "offsets.npy"), _mapped(directory / "docs.npy"),
                    _mapped(directory / "freqs.npy"), norms, meta["max_doc"], meta["doc_count"],
-                   meta["sum_total_term_freq"], read_docid_table(lucene_path), meta.get("num_docs"), doc_freqs)
+                   meta["sum_total_term_freq"], _docid_table(lucene_path), meta.get("num_docs"), doc_freqs)
+
+
+def _docid_table(lucene_path: Path, reader=None) -> StringTable:
+    """The component's collection ids: its ``docids.txt`` memory-mapped, or (an index written by another tool) the
+    stored ids read from Lucene."""
+    table = Path(lucene_path) / DOCIDS
+    if table.is_file():
+        return StringTable.read(table)
+    return StringTable.of(read_docid_table(Path(lucene_path), reader))
 
 
 def _mapped(path: Path) -> np.ndarray:
@@ -275,14 +284,14 @@ def export(lucene_path: Path, field: str = FIELD, *, progress: bool = True) -> P
                 segments.read_postings(leaf, base, bar)
         doc_count, sum_ttf = int(multi.getDocCount()), int(multi.getSumTotalTermFreq())
         num_docs = int(reader.numDocs())
-        docids = read_docid_table(Path(lucene_path), reader)
+        docids = _docid_table(Path(lucene_path), reader)
     finally:
         reader.close()
     all_terms, dfs, lucene_df, docs, freqs = segments.merged()
     offsets = np.zeros(len(all_terms) + 1, dtype=np.int64)
     np.cumsum(dfs, out=offsets[1:])
     deleted = num_docs < max_doc
-    return Postings(field, list(all_terms), offsets, docs.copy(), _smallest_unsigned(freqs),
+    return Postings(field, StringTable.of(all_terms, sorted=True), offsets, docs.copy(), _smallest_unsigned(freqs),
                     segments.norms if segments.has_norms else None, max_doc, doc_count, sum_ttf, docids, num_docs,
                     lucene_df.astype(np.int32) if deleted else None)
 

@@ -134,13 +134,13 @@ class LuceneStats:
         self.engine = InvertedIndex.shared(postings, BM25Scores, k1=k1, b=b)
         self.analyzer = EnglishAnalyzer()
         self.n_docs = postings.live_docs  # Lucene's numDocs
-        self._term_ids, self._doc_freqs = postings.term_ids, postings.doc_freqs
+        self._terms, self._doc_freqs = postings.terms, postings.doc_freqs
 
     def analyze(self, text: str) -> list[str]:
         return self.analyzer.analyze(text)
 
     def idf(self, term: str) -> float:
-        t = self._term_ids.get(term)
+        t = self._terms.get(term)
         return bm25_idf(self.n_docs, 0 if t is None else int(self._doc_freqs[t]))
 
     def bm25(self, text: str, doc_ids: Sequence[str]) -> dict[str, float]:

@@ -188,14 +188,11 @@ class InvertedIndex:
     def _accumulate(self, weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         """Every document's score (the double sum of its float term scores; one ``bincount`` over the postings of
         the query's terms), and the doc numbers of those postings (empty when no query term is in the index)."""
-        term_ids, offsets, docs = self.postings.term_ids, self.postings.offsets, self.postings.docs
+        offsets, docs = self.postings.offsets, self.postings.docs
         unit = self.scores.unit
         found, contributions = [], []
-        for term, weight in weights.items():
-            if not weight > 0:
-                raise ValueError(f"query term weights must be positive (got {weight!r} for {term!r})")
-            t = term_ids.get(term)
-            if t is not None:
+        for weight, t in zip(weights.values(), self._term_numbers(weights)):
+            if t >= 0:
                 start, end = offsets[t], offsets[t + 1]
                 found.append(docs[start:end])
                 contributions.append(unit[start:end] if weight == 1 else self.scores.contributions(t, weight))
@@ -227,21 +224,18 @@ class InvertedIndex:
         p, similarity = self.postings, self.scores
         blocks = similarity.blocks
         norms = p.norms if p.norms is not None else np.zeros(1, dtype=np.uint8)
-        docs, scores = maxscore.top_k(p.docs, p.freqs, norms, similarity.cache, similarity.kind, blocks.last_doc,
-                                      blocks.max_key, *query, self.id_rank, k, p.max_doc)
+        index = (p.docs, p.freqs, norms, similarity.cache, blocks.last_doc, blocks.max_key)
+        docs, scores = maxscore.top_k(index, query, similarity.kind, self.id_rank, k, p.max_doc)
         return self._ordered(docs, scores, k)
 
     def _query(self, weights: Mapping[str, float]) -> tuple | None:
         """The kernel's view of a query: per known term its postings, its blocks and its weight; None when no query
         term is in the index."""
-        term_ids, offsets = self.postings.term_ids, self.postings.offsets
+        offsets = self.postings.offsets
         first_block = self.scores.blocks.first_block
         terms, kernel_weights = [], []
-        for term, weight in weights.items():
-            if not weight > 0:
-                raise ValueError(f"query term weights must be positive (got {weight!r} for {term!r})")
-            t = term_ids.get(term)
-            if t is not None and offsets[t] < offsets[t + 1]:
+        for (term, weight), t in zip(weights.items(), self._term_numbers(weights)):
+            if t >= 0 and offsets[t] < offsets[t + 1]:
                 terms.append(t)
                 kernel_weights.append(self.scores.weight(t, weight))
         if not terms:
@@ -249,6 +243,13 @@ class InvertedIndex:
         ts = np.array(terms, dtype=np.int64)
         return (offsets[ts], offsets[ts + 1], first_block[ts], first_block[ts + 1],
                 np.array(kernel_weights, dtype=np.float32))
+
+    def _term_numbers(self, weights: Mapping[str, float]) -> np.ndarray:
+        """Each query term's number in the postings (-1: not in the index), its weight checked."""
+        for term, weight in weights.items():
+            if not weight > 0:
+                raise ValueError(f"query term weights must be positive (got {weight!r} for {term!r})")
+        return self.postings.terms.find(list(weights))
 
     def _ordered(self, candidates: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The best ``k`` of ``candidates`` in Lucene's order: higher scores first, then the id's rank."""
@@ -283,12 +284,9 @@ class InvertedIndex:
         numbers = self.ids.find(list(docids)) if len(docids) else np.zeros(0, dtype=np.int64)
         known = numbers >= 0
         total = np.zeros(len(numbers), dtype=np.float64)
-        term_ids, offsets, docs = self.postings.term_ids, self.postings.offsets, self.postings.docs
-        for term, weight in weights.items():
-            if not weight > 0:
-                raise ValueError(f"query term weights must be positive (got {weight!r} for {term!r})")
-            t = term_ids.get(term)
-            if t is None or not known.any():
+        offsets, docs = self.postings.offsets, self.postings.docs
+        for weight, t in zip(weights.values(), self._term_numbers(weights)):
+            if t < 0 or not known.any():
                 continue
             start, end = int(offsets[t]), int(offsets[t + 1])
             at = np.searchsorted(docs[start:end], numbers).clip(0, max(end - start - 1, 0))

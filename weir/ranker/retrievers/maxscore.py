@@ -144,121 +144,127 @@ def _offer(h_score, h_rank, h_doc, size, k, score, rank, doc):
 
 
 @numba.njit(nogil=True, cache=True)
-def top_k(docs, freqs, norms, cache, kind, block_last, block_key, starts, ends, first_blocks, block_ends, weights,
-          id_rank, k, max_doc, window=WINDOW):
+def _window_bounds(index, query, kind, pos, block, bound, low, high):
+    """Each term's bound in ``[low, high)``: the largest score of its blocks that overlap the window (0: none). Moves
+    each term's block (and posting) cursor to its first block that can hold a document of the window."""
+    docs, _, _, _, block_last, block_key = index
+    starts, ends, first_blocks, block_ends, weights = query
+    for i in range(len(starts)):
+        bound[i] = 0.0
+        b = block[i]
+        while b < block_ends[i] and block_last[b] < low:
+            b += 1
+        block[i] = b
+        if b >= block_ends[i]:
+            pos[i] = ends[i]
+            continue
+        pos[i] = max(pos[i], starts[i] + (b - first_blocks[i]) * BLOCK_SIZE)
+        top = np.float32(0)
+        while b < block_ends[i] and docs[starts[i] + (b - first_blocks[i]) * BLOCK_SIZE] < high:
+            top = max(top, block_key[b])
+            b += 1
+        if top > 0:
+            bound[i] = _score(kind, weights[i], top)
+
+
+@numba.njit(nogil=True, cache=True)
+def _essential_window(index, query, kind, order, essential, pos, low, high, acc, seen, touched):
+    """Add the postings of the essential terms (``order[essential:]``) in ``[low, high)`` into the window's
+    accumulator, term at a time; returns how many documents they touched (``touched[:count]``, window offsets)."""
+    docs, freqs, norms, cache, _, _ = index
+    _, ends, _, _, weights = query
+    count = 0
+    for j in range(essential, len(order)):
+        i = order[j]
+        p, end, w = pos[i], ends[i], weights[i]
+        while p < end and docs[p] < low:
+            p += 1
+        while p < end and docs[p] < high:
+            doc = docs[p]
+            d = doc - low
+            if not seen[d]:
+                seen[d] = True
+                acc[d] = 0.0
+                touched[count] = d
+                count += 1
+            acc[d] += _score(kind, w, _key(kind, freqs[p], doc, norms, cache))
+            p += 1
+        pos[i] = p
+    return count
+
+
+@numba.njit(nogil=True, cache=True)
+def _lookup(index, query, kind, i, pos, block, doc):
+    """Term ``i``'s score for ``doc`` (0 when its postings lack it), its cursors moved up to ``doc``: whole blocks by
+    their last doc, then posting by posting within the block."""
+    docs, freqs, norms, cache, block_last, _ = index
+    starts, ends, first_blocks, block_ends, weights = query
+    b = block[i]
+    while b < block_ends[i] and block_last[b] < doc:
+        b += 1
+    block[i] = b
+    if b >= block_ends[i]:
+        pos[i] = ends[i]
+        return 0.0
+    p = max(pos[i], starts[i] + (b - first_blocks[i]) * BLOCK_SIZE)
+    while docs[p] < doc:
+        p += 1
+    pos[i] = p
+    if docs[p] != doc:
+        return 0.0
+    return _score(kind, weights[i], _key(kind, freqs[p], doc, norms, cache))
+
+
+@numba.njit(nogil=True, cache=True)
+def top_k(index, query, kind, id_rank, k, max_doc, window=WINDOW):
     """The top ``k`` documents of one query: (doc numbers, float32 scores), in no particular order.
 
-    Term ``i`` of the query owns postings ``starts[i]:ends[i]`` of ``docs`` and ``freqs``, blocks ``first_blocks[i]:
-    block_ends[i]``, and the weight ``weights[i]`` (float32: BM25's ``boost * idf``, an impact's boost)."""
+    ``index``: (docs, freqs, norms, cache, block_last, block_key), the postings and block maxima. ``query``: (starts,
+    ends, first_blocks, block_ends, weights): term ``i`` owns postings ``starts[i]:ends[i]`` and blocks
+    ``first_blocks[i]:block_ends[i]``; ``weights[i]`` is BM25's ``boost * idf`` or an impact's boost (float32)."""
+    starts, ends, first_blocks = query[0], query[1], query[2]
+    docs = index[0]
     n = len(starts)
-    h_score = np.empty(k, dtype=np.float32)
-    h_rank = np.empty(k, dtype=np.int64)
-    h_doc = np.empty(k, dtype=np.int64)
-    size = 0
-    threshold = np.float32(-np.inf)
-    pos = starts.copy()
-    block = first_blocks.copy()
-    bound = np.zeros(n, dtype=np.float64)
-    prefix = np.zeros(n + 1, dtype=np.float64)
-    acc = np.zeros(window, dtype=np.float64)
-    seen = np.zeros(window, dtype=np.bool_)
-    touched = np.empty(window, dtype=np.int64)
-
+    h_score, h_rank, h_doc = np.empty(k, np.float32), np.empty(k, np.int64), np.empty(k, np.int64)
+    size, threshold = 0, np.float32(-np.inf)
+    pos, block = starts.copy(), first_blocks.copy()
+    bound, prefix = np.zeros(n, np.float64), np.zeros(n + 1, np.float64)
+    acc, seen, touched = np.zeros(window, np.float64), np.zeros(window, np.bool_), np.empty(window, np.int64)
     low = max_doc
     for i in range(n):
-        if pos[i] < ends[i] and docs[pos[i]] < low:
-            low = docs[pos[i]]
+        if pos[i] < ends[i]:
+            low = min(low, docs[pos[i]])
     while low < max_doc:
         high = min(low + window, max_doc)
-        # each term's bound in [low, high): the largest score of the blocks that overlap the window
-        for i in range(n):
-            bound[i] = 0.0
-            b = block[i]
-            while b < block_ends[i] and block_last[b] < low:
-                b += 1
-            block[i] = b
-            if b >= block_ends[i]:
-                pos[i] = ends[i]
-                continue
-            first = starts[i] + (b - first_blocks[i]) * BLOCK_SIZE
-            if pos[i] < first:
-                pos[i] = first
-            top = np.float32(0)
-            while b < block_ends[i] and docs[starts[i] + (b - first_blocks[i]) * BLOCK_SIZE] < high:
-                if block_key[b] > top:
-                    top = block_key[b]
-                b += 1
-            if top > 0:
-                bound[i] = _score(kind, weights[i], top)
+        _window_bounds(index, query, kind, pos, block, bound, low, high)
         order = np.argsort(bound)
         for j in range(n):
             prefix[j + 1] = prefix[j] + bound[order[j]]
-        essential = 0  # terms order[:essential] are non-essential
+        essential = 0  # terms order[:essential] are non-essential: alone they cannot reach the k-th score
         while essential < n and np.float32(prefix[essential + 1]) < threshold:
             essential += 1
         if essential < n:
-            # the essential terms' postings in the window, term at a time
-            count = 0
-            for j in range(essential, n):
-                i = order[j]
-                p = pos[i]
-                end = ends[i]
-                w = weights[i]
-                while p < end and docs[p] < low:
-                    p += 1
-                while p < end and docs[p] < high:
-                    doc = docs[p]
-                    d = doc - low
-                    if not seen[d]:
-                        seen[d] = True
-                        acc[d] = 0.0
-                        touched[count] = d
-                        count += 1
-                    acc[d] += _score(kind, w, _key(kind, freqs[p], doc, norms, cache))
-                    p += 1
-                pos[i] = p
+            count = _essential_window(index, query, kind, order, essential, pos, low, high, acc, seen, touched)
             if essential > 0 and count > 1:
-                touched[:count].sort()
+                touched[:count].sort()  # the non-essential cursors move forward only
             for c in range(count):
                 d = touched[c]
                 seen[d] = False
-                s = acc[d]
-                doc = low + d
-                if essential > 0:
-                    if np.float32(s + prefix[essential]) < threshold:
-                        continue
-                    dropped = False
-                    for j in range(essential - 1, -1, -1):
-                        i = order[j]
-                        b = block[i]
-                        while b < block_ends[i] and block_last[b] < doc:
-                            b += 1
-                        block[i] = b
-                        if b < block_ends[i]:
-                            p = max(pos[i], starts[i] + (b - first_blocks[i]) * BLOCK_SIZE)
-                            while docs[p] < doc:
-                                p += 1
-                            pos[i] = p
-                            if docs[p] == doc:
-                                s += _score(kind, weights[i], _key(kind, freqs[p], doc, norms, cache))
-                        else:
-                            pos[i] = ends[i]
-                        if np.float32(s + prefix[j]) < threshold:
-                            dropped = True
-                            break
-                    if dropped:
-                        continue
-                score = np.float32(s)
-                if size == k and score < threshold:
+                s, doc = acc[d], low + d
+                j = essential
+                while j > 0 and np.float32(s + prefix[j]) >= threshold:
+                    j -= 1
+                    s += _lookup(index, query, kind, order[j], pos, block, doc)
+                if np.float32(s + prefix[j]) < threshold:
                     continue
+                score = np.float32(s)
                 size = _offer(h_score, h_rank, h_doc, size, k, score, id_rank[doc], doc)
                 if size == k:
                     threshold = h_score[0]
         # the next window starts at the next posting any term has left
         low = max_doc
         for i in range(n):
-            if pos[i] < ends[i] and docs[pos[i]] < low:
-                low = docs[pos[i]]
-        if low < high:
-            low = high
+            if pos[i] < ends[i]:
+                low = min(low, docs[pos[i]])
+        low = max(low, high)
     return h_doc[:size], h_score[:size]
