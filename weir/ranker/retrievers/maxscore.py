@@ -159,8 +159,9 @@ def _window_bounds(index, query, kind, pos, block, bound, low, high):
             pos[i] = ends[i]
             continue
         pos[i] = max(pos[i], starts[i] + (b - first_blocks[i]) * BLOCK_SIZE)
-        top = np.float32(0)
-        while b < block_ends[i] and docs[starts[i] + (b - first_blocks[i]) * BLOCK_SIZE] < high:
+        top = block_key[b] if docs[pos[i]] < high else np.float32(0)
+        b += 1
+        while b < block_ends[i] and block_last[b - 1] < high - 1:
             top = max(top, block_key[b])
             b += 1
         if top > 0:
