@@ -17,10 +17,35 @@ Subcommands (the files live under ``$WEIR_CACHE/scale/<name>``, never in the rep
   turns query by query (weir pruned, weir exhaustive, Lucene through pyserini's ``LuceneSearcher``); every answer
   of the pruned search checked against the exhaustive scorer (ids and score bits), and its top 10 against Lucene's.
 
-Usage: python bench/scale.py generate|build|query --docs 1000000 [--k 10,1000] [--queries 1000]
+- ``query --impact``: the same over DeepImpact-like impacts on the same postings (no Lucene index of them);
+- ``threads``: queries a second through ``BM25.retrieve``, one thread against two;
+- ``serve``: ``weir serve`` over the index, one gRPC call, the server's memory, one caller against two.
 
-Measured on this 2-core machine (medians, ms a query, one thread; see the issue's closing note for the command lines):
-(the table is filled in by the runs below)
+Usage: python bench/scale.py generate|build|query|threads|serve --docs 1000000 [--k 10,1000] [--queries 1000]
+       [--impact] [--no-lucene] [--seconds 20]
+
+Measured on a 2-core machine without bf16 (AMD EPYC, 24 GiB), 2026-12-06, main at the commit that wrote this table:
+the 1,043 queries' first 1,000 (DL 2019's 43, then generated), one thread, engines taking turns query by query,
+medians (p99) in ms. Every answer of the pruned search equal to the exhaustive scorer's (ids and score bits) at both k,
+every top 10 equal to Lucene's. "opened": the process's anonymous memory after opening the BM25 component, imports
+and JVM included, and the seconds to open it (warm page cache).
+
+| passages (postings) | k=10 pruned | exhaustive | Lucene | k=1000 pruned | exhaustive | Lucene | opened |
+|---|---:|---:|---:|---:|---:|---:|---:|
+| 100k (3.9M) | 0.34 (1.23) | 0.30 (1.01) | 1.11 (9.19) | 0.95 (2.93) | 0.48 (1.79) | 10.37 (21.75) | 100 MiB, 0.8 s |
+| 1M (38M) | 1.77 (8.48) | 2.89 (24.16) | 2.44 (11.30) | 4.83 (16.03) | 2.88 (12.31) | 14.95 (29.23) | 134 MiB, 0.9 s |
+| 8.8M (336M) | 8.71 (51.43) | 31.70 (297.38) | 8.57 (62.14) | 22.07 (87.63) | 31.89 (266.73) | 28.00 (81.73) | 385 MiB, 3.0 s |
+
+DeepImpact-like impacts (``--impact``): 1M k=10 1.87 against the exhaustive 3.33, k=1000 2.97 against 3.54; 8.8M
+k=10 10.69 against 53.19 (5.0x), k=1000 31.33 against 49.19. Builds (``build``, BM25 only, wall time, largest
+process's peak RSS): 100k 33 s, 1.1 GB; 1M 235 s, 2.7 GB; 8.8M 2,062 s, 13.9 GB. ``threads`` at 8.8M (400 queries,
+micro-batches of 8): k=10 76 -> 151 queries/s with a second thread (1.99x), k=1000 37 -> 68 (1.86x). ``serve`` at
+8.8M: SERVING after 9-11 s (``--no-verify``), RSS 3.3 GiB of which 1.5 GiB anonymous (JVM and Python included),
+1.8 GiB the mapped postings; closed-loop callers from client processes on the same 2 cores: one 50-51 OK/s (p50
+15-17 ms), two 58-64 OK/s (the callers' processes take the cores the second batch worker would use).
+
+Through the default policy (:func:`weir.ranker.retrievers.inverted.prunes`) a deep top k over a collection under 3M
+documents is answered by the exhaustive scorer, which is faster there.
 """
 
 from __future__ import annotations
@@ -194,7 +219,7 @@ def query(args) -> None:
         weights = [dict.fromkeys(w, 1) for w in weights]
     else:
         print(f"{args.docs:,} passages, {len(topics)} queries, index opened and block maxima derived in {opened:.1f} s")
-    engines.update({"weir": lambda w, k: engine.top(w, k),
+    engines.update({"weir": lambda w, k: engine.top(w, k, exhaustive=False),
                     "weir exhaustive": lambda w, k: engine.top(w, k, exhaustive=True)})
     if not args.no_lucene and not args.impact:
         from weir.ranker.retrievers.lucene import LuceneBM25Searcher
@@ -249,10 +274,22 @@ def threads(args) -> None:
               f"medians of {args.rounds} rounds")
 
 
+def _memory_mib(pid: int) -> str:
+    """A process's resident memory: all of it, and its anonymous part (what the page cache cannot share)."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "RssAnon", "RssFile"):
+                fields[name] = int(value.split()[0]) / 1024
+    return (f"RSS {fields['VmRSS']:,.0f} MiB (anonymous {fields['RssAnon']:,.0f}, file-backed {fields['RssFile']:,.0f}:"
+            f" the JVM, Python, and the page cache's mapped postings)")
+
+
 def serve(args) -> None:
     """`weir serve` over the index (bm25 only, checksums not verified: the start-up check reads every byte), one gRPC
     bm25 call, the server's RSS, and closed-loop callers (1, then 2) for ``--seconds`` each."""
-    from _load import Served, drive, rss_mib
+    from _load import Served, drive
 
     sys.path.insert(0, str(ROOT))
     from weir.core.trec import read_topics
@@ -265,15 +302,15 @@ def serve(args) -> None:
     try:
         topics = [q.text for q in read_topics(out / "queries.tsv")][:args.queries]
         with SearchClient(f"127.0.0.1:{served.port}") as client:
-            hits = client.search(topics[0], pipeline="bm25", k=10)
+            hits = client.search(topics[0], pipeline="bm25", k=10).hits
         print(f"serving {args.docs:,} passages after {ready:.1f} s; bm25 k=10 for {topics[0]!r}: "
-              f"{[h.doc_id for h in hits][:3]}...; server RSS {rss_mib(served.process.pid):,.0f} MiB")
+              f"{[h.doc_id for h in hits][:3]}...; server {_memory_mib(served.process.pid)}")
         for k in args.k:
             for callers in (1, 2):
                 f = drive(served.port, topics, "bm25", callers, args.seconds, k=k, depth=k, timeout=10.0)
                 print(f"  k={k} {callers} caller(s): {f['qps']:,.0f} OK/s, p50 {f['p50']:.2f} ms, p99 {f['p99']:.2f} ms,"
                       f" codes {f['codes']}")
-        print(f"server RSS after: {rss_mib(served.process.pid):,.0f} MiB")
+        print(f"server after: {_memory_mib(served.process.pid)}")
     finally:
         served.close()
 

@@ -59,14 +59,20 @@ def check_stages(index, texts: list[str], k: int) -> bool:
         if name not in index.components:
             continue
         stage, reference, queries = stage_and_reference(name, index, texts)
-        ours = stage.search(texts, k)
         theirs = reference.search_many(queries, k)
-        same = sum(1 for a, b in zip(ours, theirs) if a == b)
-        hits = sum(len(a) for a in ours)
-        print(f"{name:<11} {same}/{len(texts)} queries identical to Lucene at k={k} "
-              f"({hits:,} hits compared, ids and scores)")
-        same_everywhere &= same == len(texts)
+        for scorer, ours in answers(stage.engine, stage.weights(texts), k).items():
+            same = sum(1 for a, b in zip(ours, theirs) if a == b)
+            print(f"{name:<11} {scorer:<10} {same}/{len(texts)} queries identical to Lucene at k={k} "
+                  f"({sum(len(a) for a in ours):,} hits compared, ids and scores)")
+            same_everywhere &= same == len(texts)
     return same_everywhere
+
+
+def answers(engine, weights: list[dict], k: int) -> dict[str, list[list[tuple[str, float]]]]:
+    """Each query's top k (collection id, score) by the engine's pruned search and by its exhaustive scorer."""
+    return {scorer: [list(zip(engine.docids_of(docs), scores.tolist()))
+                     for docs, scores in (engine.top(w, k, exhaustive=scorer == "exhaustive") for w in weights)]
+            for scorer in ("pruned", "exhaustive")}
 
 
 def weight(doc_id: str, term: str) -> int:
@@ -109,11 +115,12 @@ def check_formats(collection: str, texts: list[str], k: int) -> bool:
                 similarity = bm25_similarity(10.0, 0.9)
                 queries = [deepct_query(t) for t in texts]
             reference = LuceneTermSearcher(path, similarity)
-            ours = [engine.search(q, k) for q in queries]
-            same = sum(1 for a, b in zip(ours, reference.search_many(queries, k)) if a == b)
-            print(f"{name:<14} {same}/{len(texts)} queries identical to Lucene at k={k} "
-                  f"({sum(len(a) for a in ours):,} hits compared; hashed weights 1..300)")
-            same_everywhere &= same == len(texts)
+            theirs = reference.search_many(queries, k)
+            for scorer, ours in answers(engine, queries, k).items():
+                same = sum(1 for a, b in zip(ours, theirs) if a == b)
+                print(f"{name:<14} {scorer:<10} {same}/{len(texts)} queries identical to Lucene at k={k} "
+                      f"({sum(len(a) for a in ours):,} hits compared; hashed weights 1..300)")
+                same_everywhere &= same == len(texts)
     return same_everywhere
 
 

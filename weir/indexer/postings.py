@@ -18,6 +18,11 @@ so the component's checksum covers them):
 - ``meta.json``: field, counts, the collection statistics Lucene's similarities use (docCount, sumTotalTermFreq),
   and the sha256 of the Lucene commit (``segments_N``) they were read from, checked at every load.
 
+When read, the arrays are memory-mapped (``np.load(mmap_mode="r")``) and the terms and the component's collection
+ids are string tables over their files (:mod:`weir.core.strings`): an opened component costs little anonymous memory
+(an 8.8M-passage BM25 component about 0.4 GB, its 1.7 GB of postings in the page cache, shared by every process that
+serves the index) and opens in seconds.
+
 An index built before this module existed has no ``postings/``: it is exported in memory when opened (a few
 seconds per 100k documents), with a warning; ``weir index upgrade`` stores the arrays in place.
 """

@@ -156,6 +156,19 @@ class ImpactScores(TermScores):
         return self.postings.freqs[positions].astype(np.float32) * np.float32(boost)
 
 
+PRUNED_FROM_DOCS = 3_000_000  # deep top k (above DEEP_K) over fewer documents: the exhaustive scorer is faster
+DEEP_K = 100
+
+
+def prunes(documents: int, k: int) -> bool:
+    """Whether the pruned search answers a top ``k`` over ``documents`` by default. Measured by bench/scale.py (one
+    thread, medians of 1,000 queries): at k=10 pruning wins from 1M documents (1.8 ms against 2.9) and ties at 100k; at
+    k=1000 the exhaustive scorer wins at 100k (0.48 ms against 0.95) and 1M (2.9 against 4.8), pruning at 8.8M (22
+    against 32): with a low k-th score nearly every posting is scored either way, and the exhaustive scorer's numpy
+    passes cost less per posting while the collection is small."""
+    return k <= DEEP_K or documents >= PRUNED_FROM_DOCS
+
+
 class InvertedIndex:
     """Top-k search and candidate scoring over one field's postings with one similarity. Thread-safe: a search
     reads shared arrays only and accumulates into arrays of its own. :meth:`shared` gives the stages that search the
@@ -212,10 +225,13 @@ class InvertedIndex:
         return self.ids.of(docs)
 
     def top(self, weights: Mapping[str, float], k: int, *,
-            exhaustive: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """The top ``k`` as arrays: Lucene doc numbers and float32 scores, best first. Pruned by block-max MaxScore
-        (:mod:`weir.ranker.retrievers.maxscore`, the GIL released); ``exhaustive=True`` scores every posting of the
-        query's terms instead: the same answer, the oracle the tests compare the pruned search with."""
+            exhaustive: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``k`` as arrays: Lucene doc numbers and float32 scores, best first, by either scorer (the same
+        answer): block-max MaxScore (:mod:`weir.ranker.retrievers.maxscore`, the GIL released) or, with
+        ``exhaustive=True``, every posting of the query's terms scored (the oracle the tests compare the pruned search
+        with). By default (None) the one :func:`prunes` picks for this collection and k."""
+        if exhaustive is None:
+            exhaustive = not prunes(self.postings.max_doc, k)
         if exhaustive:
             return self._top_exhaustive(weights, k)
         query = self._query(weights)
