@@ -142,7 +142,7 @@ def bench_memory(index_path: str) -> None:
     before = rss_mib()
     dense = open_dense(Index(index_path))
     after_index = rss_mib()
-    _ = dense.row_of
+    _ = dense.rows(dense.docids[:1])
     vectors_file = dense.path / "vectors.npy"
     print(f"\n## memory of the loaded dense index ({dense.kind}, {dense.faiss.ntotal} x {dense.dim})")
     print(f"  resident set growth on open (faiss index + docids): {after_index - before:.1f} MiB")

@@ -297,7 +297,7 @@ def test_one_backbone_pass_gives_the_dense_vectors_of_a_separate_pass(tmp_path, 
         index = Index(tmp_path / name)
         entry = index.manifest["components"]["dense"]
         dense = DenseIndex(index.component_path("dense"), entry)
-        vectors[name] = {d: np.asarray(dense.vectors[dense.row_of[d]], dtype=np.float32) for d in dense.docids}
+        vectors[name] = {d: np.asarray(dense.vectors[dense.rows([d])[0]], dtype=np.float32) for d in dense.docids}
         if shared:
             assert entry["shared_pass"]["passages"] == 3  # "none" has no terms, so no window
             assert entry["shared_pass"]["input_differs_from_a_separate_pass"] == 2  # punctuation; cut at 256 pieces

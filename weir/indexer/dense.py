@@ -29,6 +29,7 @@ import math
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -36,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from weir.core.hits import DocIds
+from weir.core.strings import StringTable
 from weir.core.types import InputError
 
 INDEX_TYPES = ("flat", "hnsw", "ivfflat", "ivfpq")
@@ -231,8 +233,10 @@ class DenseIndex:
                 self.faiss = faiss.read_index(str(self.path / INDEX_FILE), faiss.IO_FLAG_ONDISK_SAME_DIR)
         else:
             self.faiss = faiss.read_index(str(self.path / INDEX_FILE))
-        with open(self.path / DOCIDS_FILE, encoding="utf-8") as f:
-            self.docids = [line.rstrip("\n") for line in f]
+        try:  # row -> document id, memory-mapped: no Python string per row (millions of rows at MS MARCO size)
+            self.docids = StringTable.read(self.path / DOCIDS_FILE)
+        except ValueError as error:
+            raise InputError(f"{self.path}: {error} (corrupt index)") from None
         if len(self.docids) != self.faiss.ntotal:
             raise InputError(f"{self.path}: {len(self.docids)} docids for {self.faiss.ntotal} vectors (corrupt index)")
 
@@ -279,9 +283,9 @@ class DenseIndex:
         """Faiss row -> document id, as the table of the hits the dense stage ranks."""
         return DocIds(self.docids)
 
-    @cached_property
-    def row_of(self) -> dict[str, int]:
-        return {doc_id: i for i, doc_id in enumerate(self.docids)}
+    def rows(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """The faiss row (= stored vector) of each document id, -1 for one the index does not hold."""
+        return self.docids.find(list(doc_ids))
 
     def search_parameters(self, *, ef_search: int | None = None, nprobe: int | None = None):
         """Per-call faiss search parameters (HNSW efSearch, IVF nprobe), or None for the index's stored ones."""

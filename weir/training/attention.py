@@ -124,9 +124,9 @@ class TrainingInputs:
         qv = dense.query_encoder(model, self.device).encode_queries([q.text for q in self.queries])
         out = {}
         for q, v in zip(self.queries, qv):
-            for h in self.run.get(q.id, []):
-                row = dense.row_of.get(h.doc_id)
-                if row is None:
+            hits = self.run.get(q.id, [])
+            for h, row in zip(hits, dense.rows([h.doc_id for h in hits])):
+                if row < 0:
                     raise InputError(f"{h.doc_id}: no stored vector in {dense.path} (distillation needs every "
                                      f"candidate)")
                 out[(q.text, h.doc_id)] = float(np.asarray(dense.vectors[row], dtype=np.float32) @ v)

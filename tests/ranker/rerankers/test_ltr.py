@@ -65,7 +65,7 @@ def test_features_of_tiny_index_by_hand(tiny_index):
     qv = fx.encoder.encode_queries(["apple banana"])[0]
     stored = np.asarray(fx.dense.vectors, dtype=np.float32)
     for i, doc in enumerate(["d3", "d1", "d2"]):
-        assert X[i, col["dense_cos"]] == pytest.approx(float(stored[fx.dense.row_of[doc]] @ qv), abs=1e-5)
+        assert X[i, col["dense_cos"]] == pytest.approx(float(stored[fx.dense.rows([doc])[0]] @ qv), abs=1e-5)
     assert np.nanmax(X[:, col["dense_cos_gap"]]) == pytest.approx(0.0)
     # title BM25 of d3 ("Banana bread": banana matches; titles of lengths 2, 0, 2 -> average 4/3)
     assert X[0, col["title_bm25"]] == pytest.approx(idf * 1 / (1 + 0.9 * (1 - 0.4 + 0.4 * 2 / (4 / 3))), rel=1e-5)

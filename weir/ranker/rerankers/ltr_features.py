@@ -185,15 +185,16 @@ class FeatureExtractor:
         if self.dense is None:
             return {q.id: np.full(len(candidates[q.id]), np.nan, dtype=np.float32) for q in queries}
         qvecs = self.encoder.encode_queries([q.text for q in queries])
-        row_of, vectors = self.dense.row_of, self.dense.vectors
+        vectors = self.dense.vectors
         out = {}
         for q, qv in zip(queries, qvecs):
-            rows = [row_of.get(h.doc_id, -1) for h in candidates[q.id]]
+            rows = self.dense.rows([h.doc_id for h in candidates[q.id]])
             cos = np.full(len(rows), np.nan, dtype=np.float32)
-            present = [i for i, r in enumerate(rows) if r >= 0]
-            if present:
-                vecs = np.asarray(vectors[[rows[i] for i in present]], dtype=np.float32)
-                cos[present] = vecs @ qv
+            present = np.flatnonzero(rows >= 0)
+            if len(present):
+                order = np.argsort(rows[present])  # a memory-mapped array is read fastest in row order
+                vecs = np.asarray(vectors[rows[present][order]], dtype=np.float32)
+                cos[present[order]] = vecs @ qv
             out[q.id] = cos
         return out
 
