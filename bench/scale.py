@@ -44,6 +44,14 @@ micro-batches of 8): k=10 76 -> 151 queries/s with a second thread (1.99x), k=10
 1.8 GiB the mapped postings; closed-loop callers from client processes on the same 2 cores: one 50-51 OK/s (p50
 15-17 ms), two 58-64 OK/s (the callers' processes take the cores the second batch worker would use).
 
+Where the pruned search's time goes at 8.8M, k=10 (median query): 941k postings in its terms' lists, 85k scored as
+essential, 49k lookups into non-essential lists, 1,080 windows; lookups are about 40% of the time at k=10 and 55% at
+k=1000. Tried against the kept kernel in one process, query by query, and not kept: a block-max check before each
+lookup (10% fewer lookups, no faster), bisection within a block (slower than the cursor's forward scan), a starting
+k-th score from each term's k-th largest block maximum (no change), a per-posting norms array (8% faster, for a file
+of one byte a posting), windows of 4k to 32k documents (8k-32k best). Even the final k-th score given at the start
+would save only 12% (k=10) and 27% (k=1000): the bounds limit the pruning, not how fast the k-th score rises.
+
 Through the default policy (:func:`weir.ranker.retrievers.inverted.prunes`) a deep top k over a collection under 3M
 documents is answered by the exhaustive scorer, which is faster there.
 """
