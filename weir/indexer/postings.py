@@ -193,7 +193,7 @@ class _Segments:
         self.terms: list[list[str]] = []
         self.dfs: list[array] = []
         self.lucene_dfs: list[array] = []
-        self.docs, self.freqs = array("i"), array("q")
+        self.docs, self.freqs = array("i"), array("i")  # Lucene's doc numbers and frequencies are Java ints
         self.no_more = jvm.autoclass("org.apache.lucene.search.DocIdSetIterator").NO_MORE_DOCS
         self.with_freqs = jvm.autoclass("org.apache.lucene.index.PostingsEnum").FREQS
 
@@ -248,22 +248,35 @@ class _Segments:
     def merged(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The field's terms (Lucene's order), each term's postings kept and Lucene's document frequency, and the
         postings' doc numbers and frequencies, ordered by term: a term's postings are its postings in each segment,
-        in segment (= doc number) order."""
-        docs, freqs = np.frombuffer(self.docs, dtype=np.int32), np.frombuffer(self.freqs, dtype=np.int64)
+        in segment (= doc number) order. Each segment's postings are copied straight to their places (a term's
+        place is known from the document frequencies), one segment at a time: no sort over every posting."""
+        docs, freqs = np.frombuffer(self.docs, dtype=np.int32), np.frombuffer(self.freqs, dtype=np.int32)
         if len(self.terms) == 1:
             return (self.terms[0], np.frombuffer(self.dfs[0], dtype=np.int64),
                     np.frombuffer(self.lucene_dfs[0], dtype=np.int64), docs, freqs)
         all_terms = sorted(set().union(*self.terms), key=lambda t: t.encode("utf-8"))
         ids = {t: i for i, t in enumerate(all_terms)}
-        term_of_posting = np.concatenate([
-            np.repeat(np.array([ids[t] for t in terms], dtype=np.int64), np.frombuffer(dfs, dtype=np.int64))
-            for terms, dfs in zip(self.terms, self.dfs)])
-        order = np.argsort(term_of_posting, kind="stable")
-        dfs = np.bincount(term_of_posting, minlength=len(all_terms))
+        segment_ids = [np.array([ids[t] for t in terms], dtype=np.int64) for terms in self.terms]
+        dfs = np.zeros(len(all_terms), dtype=np.int64)
         lucene_df = np.zeros(len(all_terms), dtype=np.int64)
-        for terms, counts in zip(self.terms, self.lucene_dfs):
-            lucene_df[[ids[t] for t in terms]] += np.frombuffer(counts, dtype=np.int64)
-        return all_terms, dfs, lucene_df, docs[order], freqs[order]
+        for at, kept, counts in zip(segment_ids, self.dfs, self.lucene_dfs):
+            dfs[at] += np.frombuffer(kept, dtype=np.int64)
+            lucene_df[at] += np.frombuffer(counts, dtype=np.int64)
+        cursor = np.zeros(len(all_terms), dtype=np.int64)  # where each term's next postings go
+        np.cumsum(dfs[:-1], out=cursor[1:])
+        out_docs, out_freqs = np.empty(len(docs), dtype=np.int32), np.empty(len(freqs), dtype=np.int32)
+        source = 0
+        for at, kept in zip(segment_ids, self.dfs):
+            counts = np.frombuffer(kept, dtype=np.int64)
+            n = int(counts.sum())
+            run_start = np.repeat(np.cumsum(counts) - counts, counts)
+            target = np.repeat(cursor[at], counts) + (np.arange(n, dtype=np.int64) - run_start)
+            del run_start
+            out_docs[target] = docs[source:source + n]
+            out_freqs[target] = freqs[source:source + n]
+            cursor[at] += counts
+            source += n
+        return all_terms, dfs, lucene_df, out_docs, out_freqs
 
 
 @jvm.serialized
@@ -293,12 +306,16 @@ def export(lucene_path: Path, field: str = FIELD, *, progress: bool = True) -> P
     finally:
         reader.close()
     all_terms, dfs, lucene_df, docs, freqs = segments.merged()
+    norms = segments.norms if segments.has_norms else None
+    if not docs.flags.owndata:  # one segment: the arrays are views of what was read; own them, free the rest
+        docs, freqs = docs.copy(), freqs.copy()
+    del segments
+    freqs = _smallest_unsigned(freqs)
     offsets = np.zeros(len(all_terms) + 1, dtype=np.int64)
     np.cumsum(dfs, out=offsets[1:])
     deleted = num_docs < max_doc
-    return Postings(field, StringTable.of(all_terms, sorted=True), offsets, docs.copy(), _smallest_unsigned(freqs),
-                    segments.norms if segments.has_norms else None, max_doc, doc_count, sum_ttf, docids, num_docs,
-                    lucene_df.astype(np.int32) if deleted else None)
+    return Postings(field, StringTable.of(all_terms, sorted=True), offsets, docs, freqs, norms, max_doc, doc_count,
+                    sum_ttf, docids, num_docs, lucene_df.astype(np.int32) if deleted else None)
 
 
 def write_postings(lucene_path: Path, field: str = FIELD) -> dict:
