@@ -250,7 +250,7 @@ class InvertedIndex:
         offsets = self.postings.offsets
         first_block = self.scores.blocks.first_block
         terms, kernel_weights = [], []
-        for (term, weight), t in zip(weights.items(), self._term_numbers(weights)):
+        for weight, t in zip(weights.values(), self._term_numbers(weights)):
             if t >= 0 and offsets[t] < offsets[t + 1]:
                 terms.append(t)
                 kernel_weights.append(self.scores.weight(t, weight))

@@ -100,24 +100,24 @@ def _better(score_a, rank_a, score_b, rank_b) -> bool:
     return score_a > score_b or (score_a == score_b and rank_a < rank_b)
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _swap(h_score, h_rank, h_doc, a, b):
+    h_score[a], h_score[b] = h_score[b], h_score[a]
+    h_rank[a], h_rank[b] = h_rank[b], h_rank[a]
+    h_doc[a], h_doc[b] = h_doc[b], h_doc[a]
+
+
 @numba.njit(nogil=True, cache=True)
 def _sift_down(h_score, h_rank, h_doc, size, at):
     """Restore the min-heap (worst hit at the root) below ``at``."""
-    while True:
-        left = 2 * at + 1
-        if left >= size:
+    while 2 * at + 1 < size:
+        child = 2 * at + 1  # the worse child
+        if child + 1 < size and _better(h_score[child], h_rank[child], h_score[child + 1], h_rank[child + 1]):
+            child += 1
+        if not _better(h_score[at], h_rank[at], h_score[child], h_rank[child]):
             return
-        child = left
-        right = left + 1
-        if right < size and _better(h_score[left], h_rank[left], h_score[right], h_rank[right]):
-            child = right
-        if _better(h_score[at], h_rank[at], h_score[child], h_rank[child]):
-            h_score[at], h_score[child] = h_score[child], h_score[at]
-            h_rank[at], h_rank[child] = h_rank[child], h_rank[at]
-            h_doc[at], h_doc[child] = h_doc[child], h_doc[at]
-            at = child
-        else:
-            return
+        _swap(h_score, h_rank, h_doc, at, child)
+        at = child
 
 
 @numba.njit(nogil=True, cache=True)
@@ -129,13 +129,10 @@ def _offer(h_score, h_rank, h_doc, size, k, score, rank, doc):
         size += 1
         while at > 0:  # sift up
             parent = (at - 1) // 2
-            if _better(h_score[parent], h_rank[parent], h_score[at], h_rank[at]):
-                h_score[at], h_score[parent] = h_score[parent], h_score[at]
-                h_rank[at], h_rank[parent] = h_rank[parent], h_rank[at]
-                h_doc[at], h_doc[parent] = h_doc[parent], h_doc[at]
-                at = parent
-            else:
+            if not _better(h_score[parent], h_rank[parent], h_score[at], h_rank[at]):
                 break
+            _swap(h_score, h_rank, h_doc, at, parent)
+            at = parent
         return size
     if _better(score, rank, h_score[0], h_rank[0]):
         h_score[0], h_rank[0], h_doc[0] = score, rank, doc
