@@ -154,12 +154,16 @@ def test_an_on_disk_ivf_index_searches_as_the_one_in_memory(adi_flat, tmp_path):
     assert all(hits == [(h.doc_id, h.score) for h in memory[qid]] for qid, hits in answers)
 
 
-def test_on_disk_ivf_shards_merge_into_the_flat_index_top_k(adi_flat, tmp_path):
-    """Two on-disk IVF-Flat shards of ADI (``--shard I/2``, every list probed): an IVF-Flat shard scores the vectors
-    it finds exactly, so the shards' merged top 10 (by score, then id, as the sharded front merges) is the flat whole
-    index's for every query, as the sharded server serves such shards, and 8 concurrent callers get the sequential
-    answers. (Scores to 1e-4: an IVF index is filled from
-    the float16 vectors stored in vectors.npy, the flat index from the float32 ones.)"""
+@pytest.mark.parametrize("settings", [{"index": "ivfflat", "on_disk": True},
+                                      {"index": "ivfpq", "nbits": 4, "pq_m": 48, "rerank": 50}],
+                         ids=["ivfflat-on-disk", "ivfpq-rescored"])
+def test_ivf_shards_merge_into_the_flat_index_top_k(adi_flat, tmp_path, settings):
+    """Two IVF shards of ADI (``--shard I/2``, every list probed): an on-disk IVF-Flat shard scores the vectors it
+    finds exactly, an IVF-PQ shard (its own codebooks) re-scores its candidates exactly from its stored vectors, so
+    the shards' merged top 10 (by score, then id, as the sharded front merges) is the flat whole index's for every
+    query, as the sharded server serves such shards, and 8 concurrent callers get the sequential answers. (Scores to
+    1e-4: an IVF index is filled from, and a re-scored one reads, the float16 vectors stored in vectors.npy; the flat
+    index holds the float32 ones.)"""
     from concurrent.futures import ThreadPoolExecutor
 
     from weir.indexer.build import build_index
@@ -174,7 +178,7 @@ def test_on_disk_ivf_shards_merge_into_the_flat_index_top_k(adi_flat, tmp_path):
     for i in range(2):
         out = tmp_path / f"shard-{i}"
         build_index(adi, out, components=("dense",), shard=ShardSpec(i, 2),
-                    dense=DenseConfig(index="ivfflat", nlist=2, nprobe=2, on_disk=True, vectors_from=str(adi_flat)))
+                    dense=DenseConfig(nlist=2, nprobe=2, vectors_from=str(adi_flat), **settings))
         shards.append(DenseRetriever(Index(out)))
     queries = read_topics(adi / "queries.tsv")
     whole = DenseRetriever(Index(adi_flat))(queries, k=10)
@@ -190,3 +194,52 @@ def test_on_disk_ivf_shards_merge_into_the_flat_index_top_k(adi_flat, tmp_path):
     with ThreadPoolExecutor(8) as pool:  # the memory-mapped lists of both shards searched by 8 threads at once
         answers = list(pool.map(lambda q: (q.id, merged(q)), queries * 4))
     assert all(hits == sequential[qid] for qid, hits in answers)
+
+
+def test_auto_is_flat_for_a_small_collection_and_rescored_ivfpq_above_its_limit(adi_flat, tmp_path, monkeypatch,
+                                                                                  caplog):
+    """``auto`` (the default) builds a flat index up to :data:`AUTO_FLAT_MAX` passages and IVF-PQ above it (here a
+    limit of 40 for ADI's 82), which re-scores its top candidates exactly from the stored vectors: every score is the
+    cosine with the stored float16 vector (the codes' own scores are not), and with every list probed the hits are
+    the flat index's. A flat index past half the machine's memory is built with a warning that says what to use."""
+    import logging
+
+    from weir.indexer import dense as dense_module
+    from weir.indexer import dense_build
+    from weir.indexer.build import build_index
+    from weir.indexer.dense import DenseConfig, open_dense
+    from weir.indexer.index_dir import Index, verify
+    from weir.ranker.retrievers.dense import DenseRetriever
+    from weir.core.trec import read_topics
+
+    adi = collection("adi")
+    flat = Index(adi_flat).manifest["components"]["dense"]
+    assert flat["index"] == "flat" and flat["type"] == "faiss-flat"  # the fixture's default: auto
+    monkeypatch.setattr(dense_module, "AUTO_FLAT_MAX", 40)
+    monkeypatch.setattr(dense_build, "_physical_memory", lambda: 60 * 384 * 4)  # half of it: 30 vectors
+    out = tmp_path / "auto"
+    entry = build_index(adi, out, components=("dense",),
+                        dense=DenseConfig(chunk_size=16, nbits=4, pq_m=48, nprobe=2, nlist=2,
+                                          vectors_from=str(adi_flat)))["components"]["dense"]
+    verify(out)
+    assert entry["index"] == "ivfpq" and entry["type"] == "faiss-ivfpq"
+    assert entry["parameters"]["rerank"] == 100 and entry["parameters"]["train_vectors"] == 82
+    with caplog.at_level(logging.WARNING):
+        build_index(adi, tmp_path / "big-flat", components=("dense",),
+                    dense=DenseConfig(index="flat", chunk_size=16, vectors_from=str(adi_flat)))
+    assert "half of this machine's memory" in caplog.text and "--dense-index auto or ivfpq" in caplog.text
+
+    queries = read_topics(adi / "queries.tsv")
+    rescored, exact = DenseRetriever(Index(out)), DenseRetriever(Index(adi_flat))
+    stored = open_dense(Index(out))
+    vectors = rescored.encode(queries)
+    codes_scores, codes_rows = stored.faiss.search(vectors, 10)  # what the codes alone would say
+    scores, rows = stored.search(vectors, 10)
+    expected = np.einsum("qd,qkd->qk", vectors, stored.vectors[rows].astype(np.float32))
+    assert np.allclose(scores, expected, atol=1e-6)
+    assert not np.allclose(codes_scores, np.einsum("qd,qkd->qk", vectors, stored.vectors[codes_rows].astype(np.float32)),
+                           atol=1e-3)
+    got, want = rescored(queries, k=10), exact(queries, k=10)
+    for q in queries:
+        assert [h.doc_id for h in got[q.id]] == [h.doc_id for h in want[q.id]], q.id
+        assert [h.score for h in got[q.id]] == pytest.approx([h.score for h in want[q.id]], abs=1e-3)

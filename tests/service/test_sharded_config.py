@@ -70,19 +70,22 @@ def test_a_sharded_server_refuses_deepimpact_over_shards_built_one_by_one(learne
     assert not any(p.startswith("deepimpact") for p in served)
 
 
-def test_ivfpq_dense_shards_are_refused_and_the_others_still_served():
-    """IVF-PQ shards score with codebooks of their own: dense (and hybrid, which fuses it) are refused with the
-    reason; HNSW and IVF-Flat shards score the neighbours they find exactly, so dense is served over them."""
+def test_ivfpq_dense_shards_without_rescoring_are_refused_and_the_others_still_served():
+    """IVF-PQ shards that rank by their codes score with codebooks of their own: dense (and hybrid, which fuses it) are
+    refused with the reason; re-scored IVF-PQ, HNSW and IVF-Flat shards give exact inner products of the neighbours
+    they find, so dense is served over them."""
     pytest.importorskip("ray")
     from types import SimpleNamespace
 
     from weir.service.sharded.pipelines import refused_stages, unsupported_reason
 
-    def shards(kind):
-        return [SimpleNamespace(manifest={"components": {"bm25": {}, "dense": {"index": kind}}}) for _ in range(2)]
+    def shards(kind, **parameters):
+        return [SimpleNamespace(manifest={"components": {"bm25": {}, "dense": {"index": kind, "parameters": parameters}}})
+                for _ in range(2)]
 
-    refused = refused_stages(shards("ivfpq"))
-    assert "codebooks" in refused["dense"] and "codebooks" in unsupported_reason("dense>>attention", refused)
-    assert unsupported_reason("bm25", refused) is None
-    for kind in ("flat", "hnsw", "ivfflat"):
-        assert "dense" not in refused_stages(shards(kind))
+    for unscored in (shards("ivfpq"), shards("ivfpq", rerank=0)):
+        refused = refused_stages(unscored)
+        assert "codebooks" in refused["dense"] and "codebooks" in unsupported_reason("dense>>attention", refused)
+        assert unsupported_reason("bm25", refused) is None
+    for kind, parameters in (("flat", {}), ("hnsw", {}), ("ivfflat", {}), ("ivfpq", {"rerank": 100})):
+        assert "dense" not in refused_stages(shards(kind, **parameters))

@@ -20,7 +20,7 @@ def cmd_build(args) -> int:
                             batch_size=args.batch_size, chunk_size=args.dense_chunk_size, hnsw_m=args.hnsw_m,
                             ef_construction=args.ef_construction, ef_search=args.ef_search, nlist=args.nlist,
                             pq_m=args.pq_m, nbits=args.nbits, on_disk=args.dense_on_disk,
-                            nprobe=args.nprobe, vectors_from=args.dense_vectors_from,
+                            nprobe=args.nprobe, rerank=args.dense_rerank, vectors_from=args.dense_vectors_from,
                             shared_pass=not args.dense_own_pass)
         dense.check()
     learned = {"deepct_model": args.deepct_model, "deepimpact_model": args.deepimpact_model, "device": args.device,
@@ -169,10 +169,13 @@ def add_parsers(sub) -> None:
 
 def _add_dense_options(b) -> None:
     """`index build`'s options of the dense component."""
+    from weir.indexer.dense import INDEX_TYPES
+
     d = b.add_argument_group("dense component (--with ...,dense)")
-    d.add_argument("--dense-index", choices=("flat", "hnsw", "ivfflat", "ivfpq"), default="flat",
-                   help="faiss index: flat (exact inner product, default), hnsw, ivfflat (exact vectors in nlist "
-                   "lists, nprobe searched) or ivfpq (compressed)")
+    d.add_argument("--dense-index", choices=INDEX_TYPES, default="auto",
+                   help="faiss index: auto (default: flat up to 1M passages, ivfpq above), flat (exact inner product, "
+                   "4 bytes a dimension in memory), hnsw, ivfflat (exact vectors in nlist lists, nprobe searched) or "
+                   "ivfpq (compressed codes, the top candidates re-scored exactly from the stored vectors)")
     d.add_argument("--dense-on-disk", action="store_true",
                    help="IVF indexes: keep the inverted lists in index.ivfdata, memory-mapped at search, so that "
                    "neither the build nor the server holds all vectors in memory (for indexes larger than memory)")
@@ -191,6 +194,9 @@ def _add_dense_options(b) -> None:
     d.add_argument("--pq-m", type=int, default=None, help="IVF-PQ: sub-quantizers m, dividing the dim (default dim/8)")
     d.add_argument("--nbits", type=int, default=8, help="IVF-PQ: bits per sub-quantizer code (default 8)")
     d.add_argument("--nprobe", type=int, default=16, help="IVF: lists probed, stored as the default (default 16)")
+    d.add_argument("--dense-rerank", type=int, default=None, metavar="N",
+                   help="IVF-PQ: candidates re-scored exactly from the stored float16 vectors (default 100; 0: rank "
+                   "by the compressed codes' scores, which do not compare across shards)")
     d.add_argument("--dense-vectors-from", metavar="INDEX", default=None,
                    help="reuse the vectors of INDEX (same corpus file, a flat dense component of the same encoder) "
                    "for the documents it has, encoding only the others: a rebuild with other pruning or another "

@@ -4,10 +4,13 @@ opened component (:func:`open_dense`); built by :func:`weir.indexer.dense_build.
 
 Files in the component directory:
 
-- ``index.faiss``: the faiss index over L2-normalized embeddings, inner product metric (= cosine). ``flat``
-  (exact, IndexFlatIP) by default; ``hnsw`` (IndexHNSWFlat: M, efConstruction, efSearch), ``ivfflat``
-  (IndexIVFFlat: nlist, nprobe; exact vectors, searched in the nprobe nearest lists) and ``ivfpq`` (IndexIVFPQ:
-  nlist, m sub-quantizers of nbits each, nprobe) trade exactness for speed or memory;
+- ``index.faiss``: the faiss index over L2-normalized embeddings, inner product metric (= cosine). ``auto`` (the
+  default) is ``flat`` (exact, IndexFlatIP: 1.5 KiB a passage in memory at dim 384) up to :data:`AUTO_FLAT_MAX`
+  passages, and ``ivfpq`` with exact re-scoring above (48 bytes of codes a passage; 8.8M passages in about 0.5 GiB
+  instead of 13.6); ``hnsw`` (IndexHNSWFlat: M, efConstruction, efSearch), ``ivfflat`` (IndexIVFFlat: nlist,
+  nprobe; exact vectors, searched in the nprobe nearest lists) and ``ivfpq`` (IndexIVFPQ: nlist, m sub-quantizers of
+  nbits each, nprobe) trade exactness for speed or memory. IVF indexes are trained on at least
+  :data:`TRAIN_PER_LIST` vectors a list (faiss warns below 39);
 - ``index.ivfdata`` (IVF types built ``on_disk``): the inverted lists, out of ``index.faiss``, memory-mapped at
   search (faiss ``OnDiskInvertedLists``), so an index larger than memory is searched from the page cache. They are
   built the way faiss's on-disk demo builds them: the trained empty index is filled part by part (each part's
@@ -17,6 +20,12 @@ Files in the component directory:
 - ``docids.txt``: one document id a line, line i = faiss row i;
 - ``vectors.npy``: the passage embeddings as float16 (n, dim), so rerankers and features can use dense similarity
   without encoding again, and another faiss index can be built from them without the model.
+
+Re-scoring (``rerank`` candidates, IVF-PQ's default): faiss ranks by the compressed codes, then the top ``max(k,
+rerank)`` candidates are scored again exactly from ``vectors.npy`` (memory-mapped: read a row a candidate) and ranked
+by that score (then row). The codes only choose candidates; every score is the cosine with the stored vector, so the
+hits of IVF-PQ shards, each trained on its own vectors, merge by score as exact shards do. faiss's ``IndexRefine``
+does the same from vectors held in memory, which is what this avoids.
 
 :class:`DenseIndex` is the opened component (faiss index, docid map, the float16 passage vectors memory-mapped for
 rerankers); it is opened once per process and shared by every retriever and feature over it.
@@ -29,6 +38,7 @@ import math
 import os
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -40,8 +50,12 @@ from weir.core.hits import DocIds
 from weir.core.strings import StringTable
 from weir.core.types import InputError
 
-INDEX_TYPES = ("flat", "hnsw", "ivfflat", "ivfpq")
+INDEX_TYPES = ("auto", "flat", "hnsw", "ivfflat", "ivfpq")
 IVF_TYPES = ("ivfflat", "ivfpq")
+AUTO_FLAT_MAX = 1_000_000  # ``auto``: flat up to this many passages (1.4 GiB of float32 at dim 384), IVF-PQ above
+TRAIN_PER_LIST = 40        # IVF training vectors per inverted list, at least (faiss warns below 39)
+TRAIN_MIN = 262_144        # ... and at least this many (or all of them)
+RERANK = 100               # IVF-PQ: candidates re-scored exactly from the stored vectors, by default
 INDEX_FILE, DOCIDS_FILE, VECTORS_FILE, LISTS_FILE = "index.faiss", "docids.txt", "vectors.npy", "index.ivfdata"
 PART_ROWS = 1 << 18  # vectors a part of an on-disk IVF index holds while it is filled (float32: 384 MiB at dim 384)
 
@@ -50,7 +64,7 @@ PART_ROWS = 1 << 18  # vectors a part of an on-disk IVF index holds while it is 
 class DenseConfig:
     """How to build the dense component. ``None`` parameters are chosen from the collection size at build time."""
 
-    index: str = "flat"
+    index: str = "auto"               # flat up to AUTO_FLAT_MAX passages, ivfpq (re-scored) above
     model: str | None = None          # Hugging Face name or local path; None: all-MiniLM-L6-v2 (offline copy)
     device: str | None = None         # None: cuda when available, else cpu
     backend: str | None = None        # inference backend (weir.core.inference); None: its default_backend
@@ -68,6 +82,7 @@ class DenseConfig:
     # IVF-PQ
     pq_m: int | None = None           # None: dim / 8 (8 dimensions per sub-quantizer)
     nbits: int = 8
+    rerank: int | None = None         # IVF-PQ: candidates re-scored from vectors.npy (None: RERANK; 0: none)
     # an index of the same collection (same corpus file) with a flat dense component of the same encoder: its
     # vectors are reused for the documents it has (exactly: a flat index holds the float32 vectors) and only the others
     # are encoded. What a sweep over pruned fractions, or a rebuild with another faiss index type, needs.
@@ -91,6 +106,11 @@ class DenseConfig:
         for name in ("batch_size", "chunk_size", "hnsw_m", "ef_construction", "ef_search", "nbits", "nprobe"):
             if getattr(self, name) < 1:
                 raise InputError(f"dense index parameter {name} must be >= 1 (got {getattr(self, name)})")
+        if self.rerank is not None and self.rerank < 0:
+            raise InputError(f"dense index parameter rerank must be >= 0 (got {self.rerank})")
+        if self.rerank and self.index not in ("auto", "ivfpq"):
+            raise InputError(f"re-scoring (rerank) is for IVF-PQ, whose codes approximate the scores; "
+                             f"{self.index!r} scores exactly")
         if self.nbits > 16:
             raise InputError(f"dense index parameter nbits must be <= 16 (got {self.nbits})")
         if self.on_disk and self.index not in IVF_TYPES:
@@ -98,19 +118,28 @@ class DenseConfig:
                              f"{self.index!r} is held in memory")
 
 
+def resolved_kind(config: DenseConfig, n: int) -> str:
+    """The faiss index type ``config`` builds over ``n`` vectors (``auto`` resolved)."""
+    if config.index != "auto":
+        return config.index
+    return "flat" if n <= AUTO_FLAT_MAX else "ivfpq"
+
+
 def index_parameters(config: DenseConfig, n: int, dim: int) -> dict:
     """The faiss parameters of ``config`` for ``n`` vectors of ``dim`` dimensions (defaults resolved)."""
-    if config.index == "flat":
+    kind = resolved_kind(config, n)
+    if kind == "flat":
         return {"metric": "inner_product"}
-    if config.index == "hnsw":
+    if kind == "hnsw":
         return {"metric": "inner_product", "M": config.hnsw_m, "efConstruction": config.ef_construction,
                 "efSearch": config.ef_search}
     nlist = config.nlist or max(1, min(int(4 * math.sqrt(n)), n // 39))
     if nlist > n:
         raise InputError(f"IVF: nlist={nlist} is more than the {n} vectors to index")
-    if config.index == "ivfflat":
+    train = min(n, max(TRAIN_MIN, TRAIN_PER_LIST * nlist))
+    if kind == "ivfflat":
         return {"metric": "inner_product", "nlist": nlist, "nprobe": min(config.nprobe, nlist),
-                "on_disk": config.on_disk}
+                "on_disk": config.on_disk, "train_vectors": train}
     pq_m = config.pq_m or max(1, dim // 8)
     if dim % pq_m:
         raise InputError(f"IVF-PQ: the number of sub-quantizers m={pq_m} must divide the dimension {dim}")
@@ -118,7 +147,8 @@ def index_parameters(config: DenseConfig, n: int, dim: int) -> dict:
         raise InputError(f"IVF-PQ: {n} vectors cannot train {2 ** config.nbits} centroids per sub-quantizer "
                          f"(nbits={config.nbits}); use fewer bits (e.g. --nbits 4) or a flat index")
     return {"metric": "inner_product", "nlist": nlist, "m": pq_m, "nbits": config.nbits,
-            "nprobe": min(config.nprobe, nlist), "on_disk": config.on_disk}
+            "nprobe": min(config.nprobe, nlist), "on_disk": config.on_disk, "train_vectors": train,
+            "rerank": RERANK if config.rerank is None else config.rerank}
 
 
 def new_index(kind: str, dim: int, params: dict):
@@ -158,28 +188,40 @@ def _native_stdout_to_stderr():
         os.close(saved)
 
 
-def _trained(vectors: np.ndarray, kind: str, params: dict, train_sample: int, seed: int):
+def _trained(vectors: np.ndarray, kind: str, params: dict, train_sample: int | None, seed: int):
+    """An empty index of ``kind``, trained (IVF) on a seeded sample of ``train_sample`` rows (None: the parameters'
+    ``train_vectors``, else :data:`TRAIN_MIN`), sorted so that a memory-mapped file is read in order."""
     n, dim = vectors.shape
     index = new_index(kind, dim, params)
     if not index.is_trained:
-        rows = np.sort(np.random.default_rng(seed).choice(n, size=min(n, train_sample), replace=False))
+        size = min(n, train_sample or params.get("train_vectors") or TRAIN_MIN)
+        rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+        started = time.perf_counter()
         index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
+        if n > PART_ROWS:  # minutes at MS MARCO size: say what took them
+            print(f"dense index: {kind} trained on {size:,} vectors in {time.perf_counter() - started:.0f} s",
+                  file=sys.stderr)
     return index
 
 
 def _add(index, vectors: np.ndarray, start: int, stop: int, chunk: int, *, with_ids: bool = False) -> None:
     """Add rows ``start:stop`` of ``vectors``, ``chunk`` at a time; ``with_ids``: under their row numbers (a part of
     an on-disk index, whose lists are merged as they are)."""
-    for at in range(start, stop, chunk):
-        rows = np.ascontiguousarray(vectors[at:min(stop, at + chunk)], dtype=np.float32)
-        if with_ids:
-            index.add_with_ids(rows, np.arange(at, at + len(rows), dtype=np.int64))
-        else:
-            index.add(rows)
+    from tqdm import tqdm
+
+    with tqdm(total=stop - start, unit="vec", desc="dense index: faiss add", disable=stop - start < PART_ROWS,
+              file=sys.stderr) as bar:
+        for at in range(start, stop, chunk):
+            rows = np.ascontiguousarray(vectors[at:min(stop, at + chunk)], dtype=np.float32)
+            if with_ids:
+                index.add_with_ids(rows, np.arange(at, at + len(rows), dtype=np.int64))
+            else:
+                index.add(rows)
+            bar.update(len(rows))
 
 
-def index_from_vectors(vectors: np.ndarray, kind: str, params: dict, *, chunk: int = 65536, train_sample: int = 262144,
-                       seed: int = 0):
+def index_from_vectors(vectors: np.ndarray, kind: str, params: dict, *, chunk: int = 65536,
+                       train_sample: int | None = None, seed: int = 0):
     """Build a faiss index of ``kind`` from stored vectors (any float dtype, e.g. the float16 ``vectors.npy``)."""
     index = _trained(vectors, kind, params, train_sample, seed)
     _add(index, vectors, 0, len(vectors), chunk)
@@ -187,7 +229,7 @@ def index_from_vectors(vectors: np.ndarray, kind: str, params: dict, *, chunk: i
 
 
 def write_on_disk_index(vectors: np.ndarray, kind: str, params: dict, out: Path, *, part_rows: int = PART_ROWS,
-                        chunk: int = 65536, train_sample: int = 262144, seed: int = 0) -> int:
+                        chunk: int = 65536, train_sample: int | None = None, seed: int = 0) -> int:
     """Write an IVF index of ``kind`` over stored ``vectors`` (memory-mapped, e.g. ``vectors.npy``) to ``out`` as
     ``index.faiss`` with its inverted lists in ``index.ivfdata``; return the number of parts merged. Trained as
     :func:`index_from_vectors` trains (same sample, same seed), so its lists equal the in-memory index's."""
@@ -297,12 +339,36 @@ class DenseIndex:
             return faiss.SearchParametersIVF(nprobe=int(nprobe))
         return None
 
+    @property
+    def rerank(self) -> int:
+        """Candidates re-scored exactly from the stored vectors (0: faiss's scores are the scores)."""
+        return int(self.entry.get("parameters", {}).get("rerank") or 0)
+
     def search(self, vectors: np.ndarray, k: int, params=None) -> tuple[np.ndarray, np.ndarray]:
+        """faiss's top ``k`` of each query vector (scores, rows; -1 rows where it found fewer); an index with
+        ``rerank`` ranks faiss's top ``max(k, rerank)`` by their exact scores instead."""
         k = min(int(k), self.faiss.ntotal)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if params is None:
-            return self.faiss.search(vectors, k)
-        return self.faiss.search(vectors, k, params=params)
+        depth = min(max(k, self.rerank), self.faiss.ntotal) if self.rerank else k
+        scores, rows = self.faiss.search(vectors, depth) if params is None else \
+            self.faiss.search(vectors, depth, params=params)
+        if self.rerank:
+            scores, rows = self.rescored(vectors, rows, k)
+        return scores, rows
+
+    def rescored(self, queries: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``k`` of each query's candidate ``rows`` (-1: none) by the inner product with the stored vectors,
+        ties by row; -1 rows (score -inf) where a query has fewer than ``k`` candidates."""
+        out_scores = np.full((len(rows), k), -np.inf, dtype=np.float32)
+        out_rows = np.full((len(rows), k), -1, dtype=np.int64)
+        for i, (query, candidates) in enumerate(zip(queries, rows)):
+            candidates = np.unique(candidates[candidates >= 0])  # sorted: the file is read forwards
+            if not len(candidates):
+                continue
+            exact = self.vectors[candidates].astype(np.float32) @ query
+            order = np.lexsort((candidates, -exact))[:k]
+            out_scores[i, :len(order)], out_rows[i, :len(order)] = exact[order], candidates[order]
+        return out_scores, out_rows
 
 
 _OPENED: dict[tuple[str, str], DenseIndex] = {}

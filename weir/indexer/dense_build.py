@@ -7,6 +7,7 @@ The corpus is streamed in chunks (encoded, added, written, dropped): no more tha
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -15,8 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from weir.core.types import Document, InputError, batched
-from weir.indexer.dense import (DOCIDS_FILE, INDEX_FILE, IVF_TYPES, VECTORS_FILE, DenseConfig, index_from_vectors,
-                                index_parameters, new_index, write_on_disk_index)
+from weir.indexer.dense import (DOCIDS_FILE, INDEX_FILE, IVF_TYPES, VECTORS_FILE, DenseConfig,
+                                index_from_vectors, index_parameters, new_index, resolved_kind, write_on_disk_index)
+
+log = logging.getLogger(__name__)
 
 
 class ReusedVectors:
@@ -77,33 +80,43 @@ def build_dense(documents: Iterable[Document], out: Path, config: DenseConfig | 
     if computed is None:
         computed = (lambda chunk: encoder.encode_passages([d.contents for d in chunk])) if reuse is None else \
             (lambda chunk: reuse.vectors(chunk, encoder.encode_passages))
-    # exact and HNSW indexes take the float32 vectors as they come; an IVF index is trained once all are known
-    streaming = new_index(config.index, encoder.dim, index_parameters(config, 1 << 20, encoder.dim)) \
-        if config.index not in IVF_TYPES else None
-    n = _write_vectors(documents, out, config.chunk_size, encoder.dim, computed, streaming)
+    n, streaming = _write_vectors(documents, out, config, encoder.dim, computed)
+    kind = resolved_kind(config, n)
     params = _write_faiss(out, config, n, encoder.dim, streaming)
     entry = {k: v for k, v in asdict(config).items() if k in ("batch_size", "chunk_size")}
     reused = {} if reuse is None else {
         "vectors_reused": {**reuse.source, "documents": reuse.reused, "encoded": n - reuse.reused}}
     if shared is not None:
         reused["shared_pass"] = shared.record
-    return {"type": f"faiss-{config.index}", "documents": n, **reused,
-            "encoder": {**encoder.describe(), "device": encoder.device, "fp16": encoder.fp16}, "index": config.index,
+    return {"type": f"faiss-{kind}", "documents": n, **reused,
+            "encoder": {**encoder.describe(), "device": encoder.device, "fp16": encoder.fp16}, "index": kind,
             "parameters": {**params, **entry, "contents": "title + ' ' + text (BEIR flat)",
                            "vectors": "float16 (n, dim) in vectors.npy, row i = line i of docids.txt"}}
 
 
-def _write_vectors(documents: Iterable[Document], out: Path, chunk_size: int, dim: int, vectors_of,
-                   streaming) -> int:
-    """Write the docid map and ``vectors.npy`` (float16) of ``documents``, ``chunk_size`` at a time, each chunk's
-    float32 vectors also added to ``streaming`` (an index that needs no training) when given; return how many."""
+def _write_vectors(documents: Iterable[Document], out: Path, config: DenseConfig, dim: int, vectors_of):
+    """Write the docid map and ``vectors.npy`` (float16) of ``documents``, ``config.chunk_size`` at a time; return
+    how many, and the index of their float32 vectors where it needs no training (flat, HNSW: filled as the chunks
+    come). ``auto`` fills a flat index until the passages outnumber
+    :data:`weir.indexer.dense.AUTO_FLAT_MAX`, then drops it (IVF-PQ is
+    trained once all are stored)."""
+    kind = resolved_kind(config, 0)
+    streaming = new_index(kind, dim, index_parameters(config, 0, dim)) if kind not in IVF_TYPES else None
+    warn_at = _physical_memory() // 2 if kind == "flat" else None
     raw_path = out / "vectors.f16.partial"
     n = 0
     with open(out / DOCIDS_FILE, "w", encoding="utf-8") as ids, open(raw_path, "wb") as raw:
-        for chunk in batched(documents, chunk_size):
+        for chunk in batched(documents, config.chunk_size):
             vectors = vectors_of(chunk)
+            if streaming is not None and resolved_kind(config, n + len(chunk)) != kind:
+                streaming = None  # the flat vectors so far freed: IVF-PQ, trained from vectors.npy at the end
             if streaming is not None:
                 streaming.add(vectors)
+                if warn_at and (n + len(chunk)) * dim * 4 > warn_at:
+                    log.warning("the flat dense index holds %.1f GiB of float32 vectors after %d passages, half of "
+                                "this machine's memory, and grows with each one: --dense-index auto or ivfpq keeps "
+                                "48 bytes a passage in memory", (n + len(chunk)) * dim * 4 / 2 ** 30, n + len(chunk))
+                    warn_at = None
             raw.write(vectors.astype(np.float16).tobytes())
             ids.writelines(f"{d.id}\n" for d in chunk)
             n += len(chunk)
@@ -116,7 +129,14 @@ def _write_vectors(documents: Iterable[Document], out: Path, chunk_size: int, di
     stored.flush()
     del stored, source
     os.remove(raw_path)
-    return n
+    return n, streaming
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 0
 
 
 def _write_faiss(out: Path, config: DenseConfig, n: int, dim: int, streaming) -> dict:
@@ -124,11 +144,11 @@ def _write_faiss(out: Path, config: DenseConfig, n: int, dim: int, streaming) ->
     ``vectors.npy``); return its parameters."""
     import faiss
 
-    params = index_parameters(config, n, dim)
+    params, kind = index_parameters(config, n, dim), resolved_kind(config, n)
     if config.on_disk:
-        params["parts"] = write_on_disk_index(np.load(out / VECTORS_FILE, mmap_mode="r"), config.index, params, out)
+        params["parts"] = write_on_disk_index(np.load(out / VECTORS_FILE, mmap_mode="r"), kind, params, out)
     else:
         index = streaming if streaming is not None else \
-            index_from_vectors(np.load(out / VECTORS_FILE, mmap_mode="r"), config.index, params)
+            index_from_vectors(np.load(out / VECTORS_FILE, mmap_mode="r"), kind, params)
         faiss.write_index(index, str(out / INDEX_FILE))
     return params

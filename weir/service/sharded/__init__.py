@@ -43,15 +43,17 @@ refused over them, as is ``deepct`` when its head reads collection statistics (l
 **Dense shards.** A flat (exact) faiss shard gives the exact inner products of its top k, so the merged top k is the
 whole flat index's. An HNSW or IVF-Flat shard (``--dense-on-disk`` too) gives exact inner products of the
 neighbours it finds: the merged list is the best of every shard's approximate top k, approximate as a single HNSW or
-IVF index of the whole collection is, and its scores compare across shards. An IVF-PQ shard scores with codebooks
-it trained on its own vectors, so ``dense`` (and what fuses it) is refused over IVF-PQ shards.
+IVF index of the whole collection is, and its scores compare across shards. An IVF-PQ shard chooses its candidates
+with codebooks it trained on its own vectors and re-scores them exactly from its stored vectors (``--dense-rerank``,
+the default), so its scores compare as an IVF-Flat shard's do; ``dense`` (and what fuses it) is refused over IVF-PQ
+shards built without re-scoring.
 
 **Limits.** First stages served over shards: ``bm25``, ``deepct``, ``deepimpact`` (a shard set), ``dense`` (flat,
-HNSW, IVF-Flat), and ``hybrid`` and ``deepimpact+bm25`` of them. Exact ties of dense scores are ordered by document
-id here, by faiss row in a single index. Rerankers: ``attention`` and ``crossencoder`` (they read the candidates'
-text only). ``ltr`` (its features read whole-index statistics and the dense vectors of one index) is not served over
-shards. A request for a pipeline the shards can not serve is INVALID_ARGUMENT naming the reason, and a config that
-asks for one fails at start-up. Every replica reads its shard from the filesystem it runs on: on several machines,
-the shard directories must be on storage each machine sees at the same path. The front itself is one process; run
-several behind a load balancer to replicate it.
+HNSW, IVF-Flat, IVF-PQ re-scored), and ``hybrid`` and ``deepimpact+bm25`` of them. Exact ties of dense scores are
+ordered by document id here, by faiss row in a single index. Rerankers: ``attention`` and ``crossencoder`` (they read
+the candidates' text only). ``ltr`` (its features read whole-index statistics and the dense vectors of one index) is
+not served over shards. A request for a pipeline the shards can not serve is INVALID_ARGUMENT naming the reason, and
+a config that asks for one fails at start-up. Every replica reads its shard from the filesystem it runs on: on
+several machines, the shard directories must be on storage each machine sees at the same path. The front itself is
+one process; run several behind a load balancer to replicate it.
 """

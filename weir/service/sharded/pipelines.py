@@ -1,5 +1,5 @@
 """What a sharded server serves: the first stages and rerankers that run over shards, those these shards refuse and
-why (``ltr`` always; a learned component on each shard's own scale; IVF-PQ dense shards; what fuses one of them), how
+why (``ltr`` always; a learned component on each shard's own scale; IVF-PQ dense shards without re-scoring; what fuses one of them), how
 a fusion fuses at the front, the pipelines served, and the :class:`Plan` of a config: the shards opened and checked
 as one set, what each shard searches with which statistics, and the rerankers deployed."""
 
@@ -34,11 +34,11 @@ def refused_stages(shards: Sequence[Index]) -> dict[str, str]:
 
     refused = dict(WHY_NOT)
     refused.update(incomparable_learned([s.manifest for s in shards]))
-    kinds = sorted({(s.manifest["components"].get("dense") or {}).get("index", "flat") for s in shards})
-    if "ivfpq" in kinds:
-        refused["dense"] = ("an IVF-PQ shard scores with product-quantization codes of its own (each shard trained "
-                            "its codebooks): scores of different shards do not compare; build the shards with "
-                            "--dense-index flat, hnsw or ivfflat")
+    dense = [s.manifest["components"].get("dense") or {} for s in shards]
+    if any(d.get("index") == "ivfpq" and not (d.get("parameters") or {}).get("rerank") for d in dense):
+        refused["dense"] = ("an IVF-PQ shard without re-scoring scores with product-quantization codes of its own "
+                            "(each shard trained its codebooks): scores of different shards do not compare; build "
+                            "the shards with --dense-rerank N (the default), or --dense-index flat, hnsw or ivfflat")
     if "deepimpact" in refused:
         refused["deepimpact+bm25"] = f"it fuses deepimpact: {refused['deepimpact']}"
     return refused
