@@ -48,9 +48,11 @@ micro-batches of 8): k=10 76 -> 151 queries/s with a second thread (1.99x), k=10
 Where the pruned search's time goes at 8.8M, k=10 (median query): 941k postings in its terms' lists, 85k scored as
 essential, 49k lookups into non-essential lists, 1,080 windows; lookups are about 40% of the time at k=10 and 55% at
 k=1000. Tried against the kept kernel in one process, query by query, and not kept: a block-max check before each
-lookup (10% fewer lookups, no faster), bisection within a block (slower than the cursor's forward scan), a starting
-k-th score from each term's k-th largest block maximum (no change), a per-posting norms array (8% faster, for a file
-of one byte a posting), windows of 4k to 32k documents (8k-32k best). Even the final k-th score given at the start
+lookup (10% fewer lookups; k=10 10.18 against 8.81 ms, k=1000 24.28 against 24.51), bisection within a block
+together with a restructured candidate loop (14.7-17.4 ms against 8.8-10.8; the bisection alone was not isolated),
+a starting k-th score from each term's k-th largest block maximum (no change), a per-posting norms array (about 10%
+faster, 9.0 against 8.05 ms, for a file of one byte a posting), windows of 4k to 32k documents (8k-32k best). Repeated
+runs of the kept kernel at k=10 gave 8.7-10.8 ms (some of them in the harness without Lucene). Even the final k-th score given at the start
 would save only 12% (k=10) and 27% (k=1000): the bounds limit the pruning, not how fast the k-th score rises.
 
 Through the default policy (:func:`weir.ranker.retrievers.inverted.prunes`) a deep top k over a collection under 3M

@@ -26,6 +26,9 @@ def test_adi_index_manifest_and_search(tmp_path):
     bm25 = manifest["components"]["bm25"]
     assert bm25["documents"] == 82 and bm25["bytes"] > 0 and len(bm25["sha256"]) == 64
     assert {"pyserini", "weir", "python"} <= set(manifest["versions"])
+    steps = manifest["timings"]["steps"]
+    assert [s["step"] for s in steps] == ["bm25", "bm25 postings", "bm25 documents"]
+    assert all(s["seconds"] >= 0 and s["peak_rss_mib"] > 0 for s in steps)
     verify(out)
     index = Index(out)
     run = registry.build("bm25", index)([Query("q", "information retrieval systems")], k=5)

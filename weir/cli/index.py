@@ -41,6 +41,9 @@ def cmd_build(args) -> int:
         pruned = f", {counts['pruned']} pruned by {p['estimator']} ({cost})"
     print(f"indexed {counts['documents']} documents ({counts['skipped_empty']} empty skipped{pruned}) into "
           f"{args.out} in {manifest['timings']['total_seconds']:.1f}s: {sizes}", file=sys.stderr)
+    steps = manifest["timings"].get("steps", [])
+    print("steps (wall time, peak RSS of this process): " + "; ".join(
+        f"{s['step']} {s['seconds']:.1f}s {s['peak_rss_mib']:,} MiB" for s in steps), file=sys.stderr)
     return 0
 
 

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from weir.indexer.collections import Collection, Corpus, CorpusStats
 from weir.indexer.dense import DenseConfig
-from weir.indexer.index_dir import FORMAT_VERSION, Timer, staged_directory, tree_checksum, write_manifest
+from weir.indexer.index_dir import FORMAT_VERSION, Step, Timer, staged_directory, tree_checksum, write_manifest
 from weir.indexer.inputs import BuildInputs, CollectionWeights
 from weir.indexer.weighting.build import learned_kinds
 from weir.core.provenance import sha256_file, utc_now, versions
@@ -38,20 +38,24 @@ def _progress(corpus: Corpus, desc: str) -> Iterator[Document]:
         bar.close()
 
 
-def _with_postings(info: dict, out: Path) -> dict:
-    """A finished Lucene component gets its postings exported beside it, for in-process search."""
+def _postings(out: Path) -> dict:
+    """A finished Lucene component's postings exported beside it, for in-process search."""
     from weir.indexer.postings import write_postings
 
-    return {**info, "postings_arrays": write_postings(out)}
+    return {"postings_arrays": write_postings(out)}
+
+
+def _documents_store(out: Path) -> dict:
+    """The BM25 component's stored documents (what rerankers and the ``text`` of a hit read)."""
+    from weir.indexer.docstore import write_documents
+
+    return {"document_store": write_documents(out)}
 
 
 def _build_bm25(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:
     from weir.indexer.lucene import build_bm25
 
-    from weir.indexer.docstore import write_documents
-
-    info = _with_postings(build_bm25(documents, out, threads=inputs.threads), out)
-    return {**info, "document_store": write_documents(out)}
+    return build_bm25(documents, out, threads=inputs.threads)
 
 
 def _build_dense(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:
@@ -64,13 +68,13 @@ def _build_dense(documents: Iterator[Document], out: Path, inputs: BuildInputs) 
 def _build_deepct(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:
     from weir.indexer.weighting.build import build_deepct
 
-    return _with_postings(build_deepct(documents, out, inputs), out)
+    return build_deepct(documents, out, inputs)
 
 
 def _build_deepimpact(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:
     from weir.indexer.weighting.build import build_deepimpact
 
-    return _with_postings(build_deepimpact(documents, out, inputs), out)
+    return build_deepimpact(documents, out, inputs)
 
 
 def _counted(documents: Iterator[Document], counts: list[int]) -> Iterator[Document]:
@@ -126,6 +130,9 @@ def _prune(corpus: Corpus, spec, tmp: Path, device: str | None, ray=None, out: P
 # consumes its own pass over the corpus (the stream is re-read and re-validated, never held in memory)
 BUILDERS = {"bm25": _build_bm25, "dense": _build_dense, "deepct": _build_deepct, "deepimpact": _build_deepimpact}
 COMPONENTS = tuple(BUILDERS)
+# what each component's directory gets once its builder is done, a step each
+AFTER = {"bm25": (("postings", _postings), ("documents", _documents_store)), "deepct": (("postings", _postings),),
+         "deepimpact": (("postings", _postings),)}
 
 
 def _check_components(components) -> None:
@@ -168,26 +175,25 @@ def build_index(
     _check_components(components)
     if collection_pass is not None and (shard is None or ray is not None):
         raise InputError("a collection pass is for the shards of a shard set (given their shard, without ray)")
-    coll = Collection.open(collection)
-    out = Path(out)
-    total = Timer()
+    coll, out, total = Collection.open(collection), Path(out), Timer()
     manifest = _new_manifest(coll)
     with staged_directory(out, overwrite=overwrite) as tmp:
         corpus = coll.corpus(skip_empty=skip_empty)
         inputs = _inputs(coll, components, threads, dense, learned, collection_pass)
         if collection_pass is not None and collection_pass.distributed is not None:
             manifest["distributed"] = {**collection_pass.distributed, "shard_set": "computed once for every shard"}
-        keep = None
+        keep, steps = None, []
         if prune is not None:
-            manifest["pruning"], keep = _prune(corpus, prune, tmp, device, ray, out)
+            with Step("quality", steps):
+                manifest["pruning"], keep = _prune(corpus, prune, tmp, device, ray, out)
         if ray is not None:
-            manifest["distributed"] = _compute_on_ray(corpus, inputs, keep, shard, out, ray, device)
-        stats, in_shard = _build_components(corpus, inputs, keep, shard, tmp, manifest)
+            with Step("ray workers", steps):
+                manifest["distributed"] = _compute_on_ray(corpus, inputs, keep, shard, out, ray, device)
+        stats, in_shard = _build_components(corpus, inputs, keep, shard, tmp, manifest, steps)
         _record_counts(manifest, stats, keep, shard, inputs, in_shard)
         _record_checksums(manifest, tmp)
-        manifest["timings"] = {"total_seconds": total.seconds}
-        if keep is not None:
-            manifest["timings"]["quality_seconds"] = manifest["pruning"]["seconds"]
+        manifest["timings"] = {"total_seconds": total.seconds, "steps": steps,
+                               **({"quality_seconds": manifest["pruning"]["seconds"]} if keep is not None else {})}
         write_manifest(tmp, manifest)
     if ray is not None:
         from weir.indexer.distributed import finish
@@ -258,16 +264,20 @@ def _documents(corpus: Corpus, name: str, shard, keep: set[str] | None, in_shard
 
 
 def _build_components(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, shard, tmp: Path,
-                      manifest: dict) -> tuple[CorpusStats, list[int]]:
-    """Every component built into ``tmp`` from a pass of its own over the corpus, and entered in the manifest;
-    return the corpus's statistics (checked to be the same in every pass) and the documents of the shard indexed,
-    one count per component."""
+                      manifest: dict, steps: list[dict]) -> tuple[CorpusStats, list[int]]:
+    """Every component built into ``tmp`` from a pass of its own over the corpus, and entered in the manifest, each
+    step's time and peak memory appended to ``steps``; return the corpus's statistics (checked to be the same in every
+    pass) and the documents of the shard indexed, one count per component."""
     stats = None
     in_shard: list[int] = []
     # the dense component last: its vectors may come from the term-weighting pass (BuildInputs.shared_dense)
     for name in sorted(dict.fromkeys(inputs.components), key=lambda n: n == "dense"):
         timer = Timer()
-        info = BUILDERS[name](_documents(corpus, name, shard, keep, in_shard), tmp / name, inputs)
+        with Step(name, steps):
+            info = BUILDERS[name](_documents(corpus, name, shard, keep, in_shard), tmp / name, inputs)
+        for step, write in AFTER.get(name, ()):
+            with Step(f"{name} {step}", steps):
+                info.update(write(tmp / name))
         info["build_seconds"] = timer.seconds
         manifest["components"][name] = {"path": name, **info}
         if stats is not None and (stats.sha256, stats.documents) != (corpus.stats.sha256, corpus.stats.documents):

@@ -148,6 +148,45 @@ class Timer:
         return round(time.perf_counter() - self.start, 3)
 
 
+class Step:
+    """A build step measured: its wall seconds and this process's peak resident memory while it ran (the kernel's
+    high-water mark, reset at the step's start through ``/proc/self/clear_refs`` where Linux allows it; elsewhere the
+    process's peak so far, said by ``peak_since_start``). Memory of child processes (Ray workers) is not counted. A
+    finished step is appended to ``steps`` as ``{"step", "seconds", "peak_rss_mib"}``."""
+
+    def __init__(self, name: str, steps: list[dict]):
+        self.name, self.steps = name, steps
+
+    def __enter__(self) -> Step:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.reset = True
+        except OSError:
+            self.reset = False
+        self.timer = Timer()
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if kind is None:
+            entry = {"step": self.name, "seconds": self.timer.seconds, "peak_rss_mib": _peak_rss_mib()}
+            if not self.reset:
+                entry["peak_since_start"] = True
+            self.steps.append(entry)
+
+
+def _peak_rss_mib() -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # KiB on Linux
+
+
 class Index:
     """An index directory built by ``weir index build``, opened: its manifest, its components' paths, and the stored
     documents. ``verify_checksums=True`` checks every component's checksum first."""
