@@ -223,7 +223,7 @@ def test_auto_is_flat_for_a_small_collection_and_rescored_ivfpq_above_its_limit(
                                           vectors_from=str(adi_flat)))["components"]["dense"]
     verify(out)
     assert entry["index"] == "ivfpq" and entry["type"] == "faiss-ivfpq"
-    assert entry["parameters"]["rerank"] == 100 and entry["parameters"]["train_vectors"] == 82
+    assert entry["parameters"]["rerank"] == 1000 and entry["parameters"]["train_vectors"] == 82
     with caplog.at_level(logging.WARNING):
         build_index(adi, tmp_path / "big-flat", components=("dense",),
                     dense=DenseConfig(index="flat", chunk_size=16, vectors_from=str(adi_flat)))

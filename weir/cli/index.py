@@ -198,7 +198,7 @@ def _add_dense_options(b) -> None:
     d.add_argument("--nbits", type=int, default=8, help="IVF-PQ: bits per sub-quantizer code (default 8)")
     d.add_argument("--nprobe", type=int, default=16, help="IVF: lists probed, stored as the default (default 16)")
     d.add_argument("--dense-rerank", type=int, default=None, metavar="N",
-                   help="IVF-PQ: candidates re-scored exactly from the stored float16 vectors (default 100; 0: rank "
+                   help="IVF-PQ: candidates re-scored exactly from the stored float16 vectors (default 1000; 0: rank "
                    "by the compressed codes' scores, which do not compare across shards)")
     d.add_argument("--dense-vectors-from", metavar="INDEX", default=None,
                    help="reuse the vectors of INDEX (same corpus file, a flat dense component of the same encoder) "

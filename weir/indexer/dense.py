@@ -55,7 +55,7 @@ IVF_TYPES = ("ivfflat", "ivfpq")
 AUTO_FLAT_MAX = 1_000_000  # ``auto``: flat up to this many passages (1.4 GiB of float32 at dim 384), IVF-PQ above
 TRAIN_PER_LIST = 40        # IVF training vectors per inverted list, at least (faiss warns below 39)
 TRAIN_MIN = 262_144        # ... and at least this many (or all of them)
-RERANK = 100               # IVF-PQ: candidates re-scored exactly from the stored vectors, by default
+RERANK = 1000              # IVF-PQ: candidates re-scored exactly from the stored vectors, by default (bench/dense_scale.py)
 INDEX_FILE, DOCIDS_FILE, VECTORS_FILE, LISTS_FILE = "index.faiss", "docids.txt", "vectors.npy", "index.ivfdata"
 PART_ROWS = 1 << 18  # vectors a part of an on-disk IVF index holds while it is filled (float32: 384 MiB at dim 384)
 
