@@ -50,3 +50,19 @@ def test_measures_match_pytrec_eval(min_rel):
     assert ours["nDCG@10"] == pytest.approx({q: v["ndcg_cut_10"] for q, v in reference.items()})
     if min_rel == 2:  # only d3 (grade 2) counts for q1, at rank 3; q2 has nothing relevant
         assert ours["AP"] == pytest.approx({"q1": 1 / 3, "q2": 0.0, "q3": 0.0})
+
+
+def test_a_measure_deeper_than_the_run_is_named_in_a_warning():
+    """nDCG@10, R@100 and R@1000 of a run of at most 5 hits a query measure only those 5: said, with the measures
+    named; the measures a run is deep enough for are computed without a word."""
+    import warnings
+
+    from weir.evaluation.measures import RunDepthWarning
+
+    run, qrels = Run.read_trec(RUN_A), read_qrels(QRELS)
+    with pytest.warns(RunDepthWarning, match=r"at most 5 hits a query: nDCG@10, R@100, R@1000 measure only those.*-k 1000"):
+        means = evaluate(run, qrels, ["nDCG@10", "AP", "R@5", "R@100", "R@1000"])
+    assert means["R@100"] == means["R@1000"] == means["R@5"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        evaluate(run, qrels, ["AP", "R@5", "RR@5"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 
 import ir_measures
@@ -12,6 +13,17 @@ from weir.core.types import InputError, Run
 DEFAULT_MEASURES = ("nDCG@10", "RR@10", "AP", "R@100", "R@1000")
 # measures whose relevance is binary: with graded qrels they count a document relevant at grade >= rel
 _BINARY = {"AP", "RR", "R", "P", "Success", "Rprec", "Bpref", "NumRelRet", "SetP", "SetR", "SetF"}
+
+
+class RunDepthWarning(UserWarning):
+    """A measure whose cutoff is deeper than the run: it measures only the run's depth (R@1000 of a top-10 run is the
+    run's R@10)."""
+
+
+def beyond_depth(named: dict[str, Measure], run: dict[str, dict[str, float]]) -> tuple[int, list[str]]:
+    """The run's depth (most hits of a query) and the names of the measures whose cutoff is deeper."""
+    depth = max((len(docs) for docs in run.values()), default=0)
+    return depth, [name for name, m in named.items() if (m.params.get("cutoff") or 0) > depth]
 
 
 def measures(names: Iterable[str], min_rel: int = 1) -> dict[str, Measure]:
@@ -35,6 +47,9 @@ def evaluate(run: Run | dict, qrels: dict[str, dict[str, int]], names: Sequence[
     counts 0 (ir-measures' convention, as ``trec_eval -c``; plain pytrec_eval leaves it out); unjudged queries of the
     run are ignored.
 
+    A measure whose cutoff is deeper than the run (``R@1000`` of a top-10 run) is computed over what the run holds
+    and named in a :class:`RunDepthWarning`.
+
     Returns ``{label: mean}``, or with ``per_query`` also ``{label: {qid: value}}``."""
     named = measures(names, min_rel)
     label = {m: name for name, m in named.items()}
@@ -42,6 +57,11 @@ def evaluate(run: Run | dict, qrels: dict[str, dict[str, int]], names: Sequence[
     run_dict = {qid: docs for qid, docs in run_dict.items() if qid in qrels}
     if not run_dict:
         raise InputError("the run and the qrels share no query id: wrong qrels for this run?")
+    depth, deeper = beyond_depth(named, run_dict)
+    if deeper:
+        warnings.warn(f"the run holds at most {depth} hits a query: {', '.join(deeper)} measure only those (a run as "
+                      f"deep as the cutoff measures them; e.g. -k {max(named[n].params['cutoff'] for n in deeper)})",
+                      RunDepthWarning, stacklevel=2)
     means: dict[str, float] = {}
     by_query: dict[str, dict[str, float]] = {name: {} for name in named}
     for metric in ir_measures.iter_calc(list(named.values()), qrels, run_dict):
