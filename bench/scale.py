@@ -38,8 +38,11 @@ and JVM included, and the seconds to open it (warm page cache).
 
 DeepImpact-like impacts (``--impact``): 1M k=10 1.87 against the exhaustive 3.33, k=1000 2.97 against 3.54; 8.8M
 k=10 10.69 against 53.19 (5.0x), k=1000 31.33 against 49.19. Builds (``build``, BM25 only, wall time, largest
-process's peak RSS): 100k 33 s, 1.1 GB; 1M 235 s, 2.7 GB; 8.8M 2,062 s, 13.9 GB. With the export's merge
-without a sort over every posting (84c0dd6): 1M 2.37 GB (its export 77 s); 8.8M not rebuilt since. ``threads`` at 8.8M (400 queries,
+process's peak RSS in GiB): 100k 33 s, 1.1; 1M 235 s, 2.7; 8.8M 2,062 s, 13.9. With the export's merge
+without a sort over every posting (84c0dd6): 1M 2.37 (its export 77 s); 8.8M, on an Intel Xeon with AMX (generated in
+163 s), 1,098 s and 11.4 GiB (12.2 GB), its steps (``weir index build`` prints them): Lucene 636 s, 4.0 GiB; the
+postings export 269 s, 11.4 GiB, nearly all of it anonymous (the export alone: 273 s, 10.7 GiB anonymous, the JVM's
+heap included); the document store 183 s, 6.9 GiB. ``threads`` at 8.8M (400 queries,
 micro-batches of 8): k=10 76 -> 151 queries/s with a second thread (1.99x), k=1000 37 -> 68 (1.86x). ``serve`` at
 8.8M: SERVING after 9-11 s (``--no-verify``), RSS 3.3 GiB of which 1.5 GiB anonymous (JVM and Python included),
 1.8 GiB the mapped postings; closed-loop callers from client processes on the same 2 cores: one 50-51 OK/s (p50

@@ -1,7 +1,8 @@
 """Sharded serving on Ray Serve (weir/service/sharded/) against one server over the whole index, through gRPC: the 2-shard
 top 10 of every SciFact test topic is the single server's (BM25, each shard replicated twice), ranks and float scores
 alike; over a shard set of ADI (``--shard-set 2``) a flat dense index, DeepImpact, the fusions hybrid and
-deepimpact+bm25, and BM25 >> attention (reranked once after the merge, on 8 queries) too; 8 concurrent callers of the
+deepimpact+bm25, and BM25 >> attention (reranked once after the merge, on 8 queries) too, and over an IVF-PQ shard
+set of ADI (re-scored) dense and hybrid; 8 concurrent callers of the
 sharded front get exactly the sequential answers; unsupported pipelines and bad fields get their status codes.
 
 Ray and both servers run in a child process (tests/collections/sharded_harness.py) inside a loopback-only network
@@ -28,6 +29,8 @@ from weir.core.trec import read_topics
 pytestmark = pytest.mark.data
 
 ATTENTION_QUERIES, ATTENTION_DEPTH = 8, 20
+# IVF-PQ shards, each with codebooks of its own, re-scoring their candidates from their stored vectors (the default)
+IVFPQ = {"index": "ivfpq", "nlist": 2, "nprobe": 2, "nbits": 4, "pq_m": 48}
 
 
 @pytest.fixture(scope="session")
@@ -36,19 +39,20 @@ def shard_factory(tmp_path_factory):
     one shard set (``--shard-set N``, ``together=True``)."""
     built: dict[tuple, list[str]] = {}
 
-    def make(name: str, components: str, n: int = 2, together: bool = False) -> list[str]:
-        key = (name, components, n, together)
+    def make(name: str, components: str, n: int = 2, together: bool = False, dense: dict | None = None) -> list[str]:
+        key = (name, components, n, together, json.dumps(dense, sort_keys=True))
         if key not in built:
             root = tmp_path_factory.mktemp(f"shards-{name}")
             if together:
-                build_shard_set(collection(name), root / "set", n, components=tuple(components.split(",")))
+                build_shard_set(collection(name), root / "set", n, components=tuple(components.split(",")),
+                                dense=dense)
                 built[key] = [str(root / "set" / shard_name(i, n)) for i in range(n)]
             else:
                 built[key] = []
                 for i in range(n):
                     out = root / f"{name}-{i}-of-{n}"
                     build_index(collection(name), out, components=tuple(components.split(",")),
-                                shard=ShardSpec(i, n))
+                                shard=ShardSpec(i, n), dense=dense)
                     built[key].append(str(out))
         return built[key]
 
@@ -86,6 +90,16 @@ def results(index_factory, shard_factory, tmp_path_factory):
               "concurrent_calls": 80},
              {"pipeline": "bm25>>attention", "k": 10, "depth": ATTENTION_DEPTH,
               "queries": adi_topics[:ATTENTION_QUERIES], "include_text": False, "concurrent_calls": 40}]},
+        {"whole": str(index_factory("adi", "bm25,dense", dense=IVFPQ)),
+         "shards": shard_factory("adi", "bm25,dense", together=True, dense=IVFPQ),
+         "ray": ray,
+         "pipelines": [
+             {"pipeline": "bm25", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
+              "concurrent_calls": 0},
+             {"pipeline": "dense", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
+              "concurrent_calls": 80},
+             {"pipeline": "hybrid", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
+              "concurrent_calls": 0}]},
     ]}
     work = tmp_path_factory.mktemp("sharded-harness")
     (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
@@ -171,8 +185,17 @@ def test_a_shard_sets_impacts_merge_into_the_whole_index_top_k(results):
         assert all(set(h[3]) <= {"deepimpact", "bm25", "deepimpact+bm25"} for h in a)
 
 
+def test_rescored_ivfpq_shards_merge_into_the_whole_index_top_k(results):
+    """IVF-PQ shards trained apart (codebooks of their own) re-score their candidates exactly from their stored
+    vectors: the merged dense top 10, and hybrid fused from it, are the single IVF-PQ server's, to the bit."""
+    for pipeline in ("dense", "hybrid"):
+        record = _pipeline(results, 2, pipeline)
+        assert len(record["single"]) == 35 and all(record["single"])
+        assert record["sharded"] == record["single"], pipeline
+
+
 @pytest.mark.parametrize("scenario, pipeline", [(0, "bm25"), (1, "dense"), (1, "hybrid"), (1, "deepimpact"),
-                                                (1, "deepimpact+bm25"), (1, "bm25>>attention")])
+                                                (1, "deepimpact+bm25"), (1, "bm25>>attention"), (2, "dense")])
 def test_concurrent_callers_get_the_sequential_answers(results, scenario, pipeline):
     record = _pipeline(results, scenario, pipeline)
     concurrent = record["concurrent"]

@@ -42,8 +42,9 @@ def cmd_build(args) -> int:
     print(f"indexed {counts['documents']} documents ({counts['skipped_empty']} empty skipped{pruned}) into "
           f"{args.out} in {manifest['timings']['total_seconds']:.1f}s: {sizes}", file=sys.stderr)
     steps = manifest["timings"].get("steps", [])
-    print("steps (wall time, peak RSS of this process): " + "; ".join(
-        f"{s['step']} {s['seconds']:.1f}s {s['peak_rss_mib']:,} MiB" for s in steps), file=sys.stderr)
+    print("steps (wall time; this process's peak RSS, of it anonymous): " + "; ".join(
+        f"{s['step']} {s['seconds']:.1f}s {s['peak_rss_mib']:,} MiB ({s['peak_anon_mib']:,})" for s in steps),
+        file=sys.stderr)
     return 0
 
 

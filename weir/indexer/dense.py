@@ -358,14 +358,17 @@ class DenseIndex:
 
     def rescored(self, queries: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The top ``k`` of each query's candidate ``rows`` (-1: none) by the inner product with the stored vectors,
-        ties by row; -1 rows (score -inf) where a query has fewer than ``k`` candidates."""
+        ties by row; -1 rows (score -inf) where a query has fewer than ``k`` candidates. A row's score does not depend
+        on the other candidates."""
         out_scores = np.full((len(rows), k), -np.inf, dtype=np.float32)
         out_rows = np.full((len(rows), k), -1, dtype=np.int64)
         for i, (query, candidates) in enumerate(zip(queries, rows)):
             candidates = np.unique(candidates[candidates >= 0])  # sorted: the file is read forwards
             if not len(candidates):
                 continue
-            exact = self.vectors[candidates].astype(np.float32) @ query
+            # a row's score summed the same way whatever rows come with it (a matrix product's blocking would
+            # not), so that a shard and the whole index give a passage the same score to the bit
+            exact = (self.vectors[candidates].astype(np.float32) * query).sum(axis=1)
             order = np.lexsort((candidates, -exact))[:k]
             out_scores[i, :len(order)], out_rows[i, :len(order)] = exact[order], candidates[order]
         return out_scores, out_rows

@@ -149,42 +149,58 @@ class Timer:
 
 
 class Step:
-    """A build step measured: its wall seconds and this process's peak resident memory while it ran (the kernel's
-    high-water mark, reset at the step's start through ``/proc/self/clear_refs`` where Linux allows it; elsewhere the
-    process's peak so far, said by ``peak_since_start``). Memory of child processes (Ray workers) is not counted. A
-    finished step is appended to ``steps`` as ``{"step", "seconds", "peak_rss_mib"}``."""
+    """A build step measured: its wall seconds and this process's resident memory while it ran: the peak of all of it
+    (``peak_rss_mib``: Linux's high-water mark where the step raised it, else the largest sample), and of its anonymous
+    part (``peak_anon_mib``, sampled every :attr:`interval` seconds: what the step holds, without the pages of files it
+    maps, such as Lucene's segments, which the kernel can drop). The process's own high-water mark is left as it is,
+    so that whoever measures the whole build from outside (``time -v``, ``ru_maxrss``) still sees it. Memory of child
+    processes (Ray workers) is not counted. A finished step is appended to ``steps`` as ``{"step", "seconds",
+    "peak_rss_mib", "peak_anon_mib"}``."""
+
+    interval = 0.02
 
     def __init__(self, name: str, steps: list[dict]):
         self.name, self.steps = name, steps
+        self.peak = {"VmRSS": 0, "RssAnon": 0}
+        self._done = threading.Event()
 
     def __enter__(self) -> Step:
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            self.reset = True
-        except OSError:
-            self.reset = False
+        self.hwm = _status_kib().get("VmHWM", 0)
+        self._sample()
+        self._sampler = threading.Thread(target=self._run, name=f"step {self.name}", daemon=True)
+        self._sampler.start()
         self.timer = Timer()
         return self
 
+    def _sample(self) -> None:
+        now = _status_kib()
+        for key in self.peak:
+            self.peak[key] = max(self.peak[key], now.get(key, 0))
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            self._sample()
+
     def __exit__(self, kind, error, traceback) -> None:
+        seconds = self.timer.seconds
+        self._done.set()
+        self._sampler.join()
+        self._sample()
         if kind is None:
-            entry = {"step": self.name, "seconds": self.timer.seconds, "peak_rss_mib": _peak_rss_mib()}
-            if not self.reset:
-                entry["peak_since_start"] = True
-            self.steps.append(entry)
+            hwm = _status_kib().get("VmHWM", 0)
+            peak = hwm if hwm > self.hwm else self.peak["VmRSS"]
+            self.steps.append({"step": self.name, "seconds": seconds, "peak_rss_mib": peak // 1024,
+                               "peak_anon_mib": self.peak["RssAnon"] // 1024})
 
 
-def _peak_rss_mib() -> int | None:
+def _status_kib() -> dict[str, int]:
+    """The memory lines of ``/proc/self/status`` (KiB); empty where there is none."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) // 1024
+        text = Path("/proc/self/status").read_text()
     except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # KiB on Linux
+        return {}
+    return {line.split(":")[0]: int(line.split()[1]) for line in text.splitlines()
+            if line.startswith(("VmRSS", "VmHWM", "RssAnon"))}
 
 
 class Index:
