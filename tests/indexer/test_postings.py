@@ -162,3 +162,44 @@ def test_an_index_with_deleted_documents_searches_as_lucene_does(small_index, tm
     for text, terms in (("apple banana", {"appl": 1, "banana": 1}), ("bread", {"bread": 1}), ("pie", {"pie": 1})):
         assert engine.search(terms, 10) == reference.search(text, 10)
     assert engine.search({"pie": 1}, 10) == []  # only in the deleted document
+
+
+@pytest.mark.parametrize("run", [1, 3, 1 << 22])
+def test_segments_merge_into_each_terms_postings_in_segment_order(monkeypatch, run):
+    """Segments merged a run of postings at a time (``MERGE_RUN``, down to one posting): each term's postings are its
+    postings in each segment, in segment order, whatever the run; checked against a plain concatenation on random
+    segments with terms shared, missing and alone."""
+    from array import array
+
+    from weir.indexer import postings as module
+
+    monkeypatch.setattr(module, "MERGE_RUN", run)
+    rng = np.random.default_rng(7)
+    vocabulary = [f"t{i:03d}" for i in range(40)]
+    segments = module._Segments.__new__(module._Segments)
+    segments.terms, segments.dfs, segments.lucene_dfs = [], [], []
+    segments.docs, segments.freqs = array("i"), array("i")
+    expected: dict[str, list[tuple[int, int]]] = {}
+    base = 0
+    for _ in range(4):
+        terms = sorted(rng.choice(vocabulary, size=int(rng.integers(1, 30)), replace=False).tolist())
+        dfs = array("q")
+        for term in terms:
+            df = int(rng.integers(1, 6))
+            docs = sorted(rng.choice(100, size=df, replace=False) + base)
+            freqs = rng.integers(1, 9, size=df).tolist()
+            segments.docs.extend(int(d) for d in docs)
+            segments.freqs.extend(freqs)
+            dfs.append(df)
+            expected.setdefault(term, []).extend(zip(map(int, docs), freqs))
+        segments.terms.append(terms)
+        segments.dfs.append(dfs)
+        segments.lucene_dfs.append(array("q", dfs))
+        base += 100
+    terms, dfs, lucene_df, docs, freqs = segments.merged()
+    assert terms == sorted(expected)
+    offsets = np.concatenate([[0], np.cumsum(dfs)])
+    for t, term in enumerate(terms):
+        got = list(zip(docs[offsets[t]:offsets[t + 1]].tolist(), freqs[offsets[t]:offsets[t + 1]].tolist()))
+        assert got == expected[term], term
+    assert lucene_df.tolist() == dfs.tolist()

@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 DIRECTORY = "postings"
 FORMAT = 1
+MERGE_RUN = 1 << 22  # postings placed at a time when segments are merged (their places: 32 MiB of int64)
 FIELD = "contents"
 
 
@@ -268,14 +269,19 @@ class _Segments:
         source = 0
         for at, kept in zip(segment_ids, self.dfs):
             counts = np.frombuffer(kept, dtype=np.int64)
-            n = int(counts.sum())
-            run_start = np.repeat(np.cumsum(counts) - counts, counts)
-            target = np.repeat(cursor[at], counts) + (np.arange(n, dtype=np.int64) - run_start)
-            del run_start
-            out_docs[target] = docs[source:source + n]
-            out_freqs[target] = freqs[source:source + n]
-            cursor[at] += counts
-            source += n
+            ends = np.cumsum(counts)
+            first = 0
+            while first < len(counts):  # the segment's terms a run at a time: its places (int64) stay small
+                stop = max(first + 1, int(np.searchsorted(ends, ends[first] - counts[first] + MERGE_RUN, "right")))
+                run, terms = counts[first:stop], at[first:stop]
+                n = int(run.sum())
+                target = np.repeat(cursor[terms] - (np.cumsum(run) - run), run)
+                target += np.arange(n, dtype=np.int64)
+                out_docs[target] = docs[source:source + n]
+                out_freqs[target] = freqs[source:source + n]
+                cursor[terms] += run  # a segment's terms are distinct
+                source += n
+                first = stop
         return all_terms, dfs, lucene_df, out_docs, out_freqs
 
 
