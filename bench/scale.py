@@ -42,7 +42,10 @@ process's peak RSS in GiB): 100k 33 s, 1.1; 1M 235 s, 2.7; 8.8M 2,062 s, 13.9. W
 without a sort over every posting (84c0dd6): 1M 2.37 (its export 77 s); 8.8M, on an Intel Xeon with AMX (generated in
 163 s), 1,098 s and 11.4 GiB (12.2 GB), its steps (``weir index build`` prints them): Lucene 636 s, 4.0 GiB; the
 postings export 269 s, 11.4 GiB, nearly all of it anonymous (the export alone: 273 s, 10.7 GiB anonymous, the JVM's
-heap included); the document store 183 s, 6.9 GiB. ``threads`` at 8.8M (400 queries,
+heap included); the document store 183 s, 6.9 GiB. With the merge placing 4M postings at a time (daee044; the export
+alone: 5.8 GiB anonymous) the same build, on the same machine later and slower in every step: 1,440 s, peak 9.4 GiB
+(``ru_maxrss``); Lucene 766 s, 6.0 GiB (3.9 anonymous); the export 369 s, 9.0 GiB (8.8 anonymous: the JVM's heap
+from indexing is still held); the document store 292 s, 9.4 GiB (7.1 anonymous). ``threads`` at 8.8M (400 queries,
 micro-batches of 8): k=10 76 -> 151 queries/s with a second thread (1.99x), k=1000 37 -> 68 (1.86x). ``serve`` at
 8.8M: SERVING after 9-11 s (``--no-verify``), RSS 3.3 GiB of which 1.5 GiB anonymous (JVM and Python included),
 1.8 GiB the mapped postings; closed-loop callers from client processes on the same 2 cores: one 50-51 OK/s (p50
