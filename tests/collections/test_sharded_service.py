@@ -64,6 +64,11 @@ def results(index_factory, shard_factory, tmp_path_factory):
     topics = [q.text for q in Collection.open(collection("beir-scifact")).topics("test")]
     adi_topics = [q.text for q in read_topics(collection("adi") / "queries.tsv")]
     ray = {"num_cpus": 2, "shard_num_cpus": 0.25, "reranker_num_cpus": 0.5}
+
+    def adi(pipeline: str, concurrent_calls: int, **spec) -> dict:  # a pipeline asked every ADI topic
+        return {"pipeline": pipeline, "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
+                "concurrent_calls": concurrent_calls, **spec}
+
     plan = {"num_cpus": 2, "scenarios": [
         {"whole": str(index_factory("beir-scifact", "bm25")), "shards": shard_factory("beir-scifact", "bm25"),
          "ray": {**ray, "shard_replicas": 2},  # replicated: concurrent calls reach both replicas of each shard
@@ -77,29 +82,13 @@ def results(index_factory, shard_factory, tmp_path_factory):
         {"whole": str(index_factory("adi", "bm25,dense,deepimpact")),
          "shards": shard_factory("adi", "bm25,dense,deepimpact", together=True),
          "ray": ray,
-         "pipelines": [
-             {"pipeline": "dense", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
-              "concurrent_calls": 80},
-             {"pipeline": "bm25", "k": 82, "depth": 0, "queries": adi_topics, "include_text": False,
-              "concurrent_calls": 0},
-             {"pipeline": "hybrid", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
-              "concurrent_calls": 80},
-             {"pipeline": "deepimpact", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
-              "concurrent_calls": 80},
-             {"pipeline": "deepimpact+bm25", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
-              "concurrent_calls": 80},
-             {"pipeline": "bm25>>attention", "k": 10, "depth": ATTENTION_DEPTH,
-              "queries": adi_topics[:ATTENTION_QUERIES], "include_text": False, "concurrent_calls": 40}]},
+         "pipelines": [adi("dense", 80), adi("bm25", 0, k=82), adi("hybrid", 80), adi("deepimpact", 80),
+                       adi("deepimpact+bm25", 80),
+                       adi("bm25>>attention", 40, depth=ATTENTION_DEPTH, queries=adi_topics[:ATTENTION_QUERIES])]},
         {"whole": str(index_factory("adi", "bm25,dense", dense=IVFPQ)),
          "shards": shard_factory("adi", "bm25,dense", together=True, dense=IVFPQ),
          "ray": ray,
-         "pipelines": [
-             {"pipeline": "bm25", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
-              "concurrent_calls": 0},
-             {"pipeline": "dense", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
-              "concurrent_calls": 80},
-             {"pipeline": "hybrid", "k": 10, "depth": 0, "queries": adi_topics, "include_text": False,
-              "concurrent_calls": 0}]},
+         "pipelines": [adi("bm25", 0), adi("dense", 80), adi("hybrid", 0)]},
     ]}
     work = tmp_path_factory.mktemp("sharded-harness")
     (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")

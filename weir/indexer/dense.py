@@ -188,13 +188,13 @@ def _native_stdout_to_stderr():
         os.close(saved)
 
 
-def _trained(vectors: np.ndarray, kind: str, params: dict, train_sample: int | None, seed: int):
-    """An empty index of ``kind``, trained (IVF) on a seeded sample of ``train_sample`` rows (None: the parameters'
-    ``train_vectors``, else :data:`TRAIN_MIN`), sorted so that a memory-mapped file is read in order."""
+def _trained(vectors: np.ndarray, kind: str, params: dict, seed: int):
+    """An empty index of ``kind``, trained (IVF) on a seeded sample of the parameters' ``train_vectors`` rows (else
+    :data:`TRAIN_MIN`), sorted so that a memory-mapped file is read in order."""
     n, dim = vectors.shape
     index = new_index(kind, dim, params)
     if not index.is_trained:
-        size = min(n, train_sample or params.get("train_vectors") or TRAIN_MIN)
+        size = min(n, params.get("train_vectors") or TRAIN_MIN)
         rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
         started = time.perf_counter()
         index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
@@ -220,16 +220,15 @@ def _add(index, vectors: np.ndarray, start: int, stop: int, chunk: int, *, with_
             bar.update(len(rows))
 
 
-def index_from_vectors(vectors: np.ndarray, kind: str, params: dict, *, chunk: int = 65536,
-                       train_sample: int | None = None, seed: int = 0):
+def index_from_vectors(vectors: np.ndarray, kind: str, params: dict, *, chunk: int = 65536, seed: int = 0):
     """Build a faiss index of ``kind`` from stored vectors (any float dtype, e.g. the float16 ``vectors.npy``)."""
-    index = _trained(vectors, kind, params, train_sample, seed)
+    index = _trained(vectors, kind, params, seed)
     _add(index, vectors, 0, len(vectors), chunk)
     return index
 
 
 def write_on_disk_index(vectors: np.ndarray, kind: str, params: dict, out: Path, *, part_rows: int = PART_ROWS,
-                        chunk: int = 65536, train_sample: int | None = None, seed: int = 0) -> int:
+                        chunk: int = 65536, seed: int = 0) -> int:
     """Write an IVF index of ``kind`` over stored ``vectors`` (memory-mapped, e.g. ``vectors.npy``) to ``out`` as
     ``index.faiss`` with its inverted lists in ``index.ivfdata``; return the number of parts merged. Trained as
     :func:`index_from_vectors` trains (same sample, same seed), so its lists equal the in-memory index's."""
@@ -240,7 +239,7 @@ def write_on_disk_index(vectors: np.ndarray, kind: str, params: dict, out: Path,
 
     if kind not in IVF_TYPES:
         raise InputError(f"an on-disk dense index is an IVF index ({', '.join(IVF_TYPES)}), not {kind!r}")
-    index = _trained(vectors, kind, params, train_sample, seed)
+    index = _trained(vectors, kind, params, seed)
     parts_dir = out / "ivf-parts.partial"
     parts_dir.mkdir(parents=True, exist_ok=True)
     parts = []
