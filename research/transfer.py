@@ -78,7 +78,7 @@ from transfer_quality import quality_final, quality_loco, quality_table
 def cache(args) -> None:
     from weir.indexer.collections import Collection
     from weir.indexer.weighting.cache import cached_term_vectors
-    from weir.indexer.weighting.model import Backbone
+    from weir.indexer.weighting.backbone import Backbone
 
     backbone = Backbone()
     for name in args.collections:

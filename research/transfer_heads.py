@@ -66,7 +66,8 @@ def shrinkage(args) -> None:
     from weir.indexer.collections import Collection
     from weir.indexer.weighting.cache import cached_term_vectors
     from weir.indexer.weighting.members import coefficient
-    from weir.indexer.weighting.model import Backbone, TermWeighter
+    from weir.indexer.weighting.backbone import Backbone
+    from weir.indexer.weighting.model import TermWeighter
 
     backbone = Backbone()
     rows_of = {}

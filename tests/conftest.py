@@ -112,7 +112,8 @@ def learned_tiny(tmp_path_factory):
     """A corpus, two untrained heads saved as artifacts (fixed seed), and an index with both learned components."""
     import torch
 
-    from weir.indexer.weighting.model import Backbone, make_head, save
+    from weir.indexer.weighting.backbone import Backbone
+    from weir.indexer.weighting.model import make_head, save
 
     root = tmp_path_factory.mktemp("weighting")
     coll = weighting_collection(root)

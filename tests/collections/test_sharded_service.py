@@ -20,7 +20,8 @@ import sys
 
 import pytest
 
-from weir.indexer.build import build_index, build_shard_set, shard_name
+from weir.indexer.build import build_index
+from weir.indexer.shard_set import build_shard_set, shard_name
 from weir.indexer.collections import Collection
 from weir.indexer.shards import ShardSpec
 from tests.conftest import ROOT, collection, in_loopback_namespace

@@ -124,7 +124,7 @@ def test_a_shard_set_holds_the_whole_index_impacts_and_shards_built_alone_do_not
     quantizes with the whole collection's largest impact and two shards' merged DeepImpact hits are the whole
     index's, ids and integer scores; shards built one by one (``--shard I/N``) each have their own scale, and
     :func:`incomparable_learned` says so (a DeepCT head without lexical features is comparable either way)."""
-    from weir.indexer.build import build_shard_set
+    from weir.indexer.shard_set import build_shard_set
     from weir.indexer.shards import incomparable_learned
     from weir.ranker.retrievers.learned_sparse import ImpactRetriever
     from weir.cli import main

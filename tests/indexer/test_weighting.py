@@ -188,7 +188,8 @@ def test_a_head_of_several_members_averages_them(tmp_path, shape):
     weight is the mean of theirs. Checked against each member run alone, through the saved artifact."""
     import torch
 
-    from weir.indexer.weighting.model import Backbone, TermWeighter, factor, make_head, save
+    from weir.indexer.weighting.backbone import Backbone
+    from weir.indexer.weighting.model import TermWeighter, factor, make_head, save
 
     backbone = Backbone(max_length=32)
     torch.manual_seed(3)
@@ -228,7 +229,8 @@ def test_members_shrunk_towards_the_prior_by_their_disagreement(tmp_path):
     import torch
 
     from weir.indexer.weighting.members import shrinkage_prior
-    from weir.indexer.weighting.model import Backbone, TermWeighter, factor, make_head, save
+    from weir.indexer.weighting.backbone import Backbone
+    from weir.indexer.weighting.model import TermWeighter, factor, make_head, save
     from weir.core.types import InputError
 
     backbone = Backbone(max_length=32)

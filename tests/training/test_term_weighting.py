@@ -73,7 +73,7 @@ def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_pa
     from weir.training.term_weighting import TrainConfig
     from weir.training.term_weighting.data import WeightingData
     from weir.training.term_weighting.loop import Training
-    from weir.indexer.weighting.model import Backbone
+    from weir.indexer.weighting.backbone import Backbone
 
     monkeypatch.setenv("WEIR_CACHE", str(tmp_path / "cache"))
     coll, _, _ = learned_tiny

@@ -24,7 +24,7 @@ def cmd_build(args) -> int:
                             shared_pass=not args.dense_own_pass)
         dense.check()
     learned = {"deepct_model": args.deepct_model, "deepimpact_model": args.deepimpact_model, "device": args.device,
-               "backend": args.backend}
+               "backend": args.backend, "input": args.pass_input}
     prune = prune_spec(args)
     if args.shard_set is not None:
         return _build_set(args, components, dense, learned, prune)
@@ -51,7 +51,7 @@ def cmd_build(args) -> int:
 def _build_set(args, components, dense, learned, prune) -> int:
     from pathlib import Path
 
-    from weir.indexer.build import build_shard_set, shard_name
+    from weir.indexer.shard_set import build_shard_set, shard_name
     from weir.core.types import InputError
 
     if args.shard is not None:
@@ -236,11 +236,19 @@ def _add_ray_options(b) -> None:
 
 def _add_learned_and_pruning_options(b) -> None:
     """`index build`'s options of learned term weighting and static pruning."""
+    from weir.indexer.document_pass import DEFAULT_INPUT, PASS_INPUTS
+
     lw = b.add_argument_group("learned term weighting (--with ...,deepct,deepimpact)")
     lw.add_argument("--deepct-model", default=None,
                     help="trained DeepCT model directory (default: the shipped weir/models/deepct)")
     lw.add_argument("--deepimpact-model", default=None,
                     help="trained DeepImpact model directory (default: the shipped weir/models/deepimpact)")
+    lw.add_argument("--pass-input", choices=PASS_INPUTS, default=DEFAULT_INPUT,
+                    help="what the document pass's backbone reads of a passage: 'text', its own text (punctuation "
+                         "included: what a separate dense encoder and the attention reranker read), 'words', its runs "
+                         "of letters and digits only (the term weighting heads' training input), or 'auto', words "
+                         "where heads weigh and text otherwise, the passage states then in a pass of their own "
+                         f"(default: {DEFAULT_INPUT})")
     q = b.add_argument_group("static pruning (passage quality; scored before any component is built)")
     q.add_argument("--prune", metavar="ESTIMATOR:FRACTION", default=None,
                    help="leave out the lowest-scored FRACTION of the documents (0 <= FRACTION < 1), scored by "

@@ -1,23 +1,23 @@
 """`weir index build`: a collection in, an index directory (components + manifest.json) out; one index, one shard,
 or a shard set in one run.
 
-Each component is built from a pass of its own over the corpus by its builder (:data:`BUILDERS`), which reads the
-build's settings and shared results from a :class:`weir.indexer.inputs.BuildInputs`."""
+Steps: static pruning (optional); the document pass (:mod:`weir.indexer.document_pass`: one backbone forward per
+kept passage for every component that reads the backbone; on Ray, the workers' blocks); then each component written by
+its builder (:data:`BUILDERS`) from a pass of its own over the corpus (the stream re-read and re-validated, never
+held), reading the build's settings and the document pass's results from a :class:`weir.indexer.inputs.BuildInputs`."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from weir.indexer.collections import Collection, Corpus, CorpusStats
 from weir.indexer.dense import DenseConfig
 from weir.indexer.index_dir import FORMAT_VERSION, Step, Timer, staged_directory, tree_checksum, write_manifest
-from weir.indexer.inputs import BuildInputs, CollectionWeights
+from weir.indexer.inputs import BuildInputs
 from weir.indexer.weighting.build import learned_kinds
 from weir.core.provenance import sha256_file, utc_now, versions
 from weir.core.types import Document, InputError
@@ -77,6 +77,20 @@ def _build_deepimpact(documents: Iterator[Document], out: Path, inputs: BuildInp
     return build_deepimpact(documents, out, inputs)
 
 
+def _build_attention(documents: Iterator[Document], out: Path, inputs: BuildInputs) -> dict:
+    """The passage states the document pass wrote into ``out`` (:mod:`weir.indexer.passage_states`), checked to be
+    those of the component's passages."""
+    from weir.indexer.passage_states import PassageStates
+
+    if inputs.passage_states is None:
+        raise InputError("the attention component is written by the document pass, which did not run")
+    ids = [d.id for d in documents]
+    stored = PassageStates(out)
+    if len(stored) != len(ids) or list(stored.docids) != ids:
+        raise InputError(f"{out}: the passage states are not those of the component's {len(ids)} passages; build again")
+    return dict(inputs.passage_states)
+
+
 def _counted(documents: Iterator[Document], counts: list[int]) -> Iterator[Document]:
     """``documents`` passed through; how many there were is appended to ``counts`` once the stream ends."""
     given = 0
@@ -128,7 +142,8 @@ def _prune(corpus: Corpus, spec, tmp: Path, device: str | None, ray=None, out: P
 
 # component name -> builder(documents, component directory, build inputs) -> manifest entry; each builder
 # consumes its own pass over the corpus (the stream is re-read and re-validated, never held in memory)
-BUILDERS = {"bm25": _build_bm25, "dense": _build_dense, "deepct": _build_deepct, "deepimpact": _build_deepimpact}
+BUILDERS = {"bm25": _build_bm25, "dense": _build_dense, "deepct": _build_deepct, "deepimpact": _build_deepimpact,
+            "attention": _build_attention}
 COMPONENTS = tuple(BUILDERS)
 # what each component's directory gets once its builder is done, a step each
 AFTER = {"bm25": (("postings", _postings), ("documents", _documents_store)), "deepct": (("postings", _postings),),
@@ -169,9 +184,10 @@ def build_index(
     ``ray``: an :class:`weir.indexer.distributed.RayOptions`; the per-document steps (quality scoring, term
     weighting, dense encoding) then run on Ray workers into resumable block files, and the components are built from
     them (:mod:`weir.indexer.distributed`); with ``shard``, only the shard's documents go to the workers.
-    ``collection_pass``: a :class:`CollectionPass`, what a shard set computed once over the whole collection, from
+    ``collection_pass``: a :class:`weir.indexer.shard_set.CollectionPass`, what a shard set computed once over the
+    whole collection, from
     which this shard takes its documents' learned weights (and dense vectors, from Ray workers); see
-    :func:`build_shard_set`."""
+    :func:`weir.indexer.shard_set.build_shard_set`."""
     _check_components(components)
     if collection_pass is not None and (shard is None or ray is not None):
         raise InputError("a collection pass is for the shards of a shard set (given their shard, without ray)")
@@ -186,9 +202,7 @@ def build_index(
         if prune is not None:
             with Step("quality", steps):
                 manifest["pruning"], keep = _prune(corpus, prune, tmp, device, ray, out)
-        if ray is not None:
-            with Step("ray workers", steps):
-                manifest["distributed"] = _compute_on_ray(corpus, inputs, keep, shard, out, ray, device)
+        _document_pass(corpus, inputs, keep, shard, tmp, out, ray, device, manifest, steps)
         stats, in_shard = _build_components(corpus, inputs, keep, shard, tmp, manifest, steps)
         _record_counts(manifest, stats, keep, shard, inputs, in_shard)
         _record_checksums(manifest, tmp)
@@ -200,6 +214,22 @@ def build_index(
 
         finish(out, ray)
     return manifest
+
+
+def _document_pass(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, shard, tmp: Path, out: Path, ray,
+                   device: str | None, manifest: dict, steps: list[dict]) -> None:
+    """The build's document pass (:mod:`weir.indexer.document_pass`), in this process or on Ray workers, a step of
+    its own; what it gave recorded in the manifest."""
+    if ray is not None:
+        with Step("ray workers", steps):
+            manifest["distributed"] = _compute_on_ray(corpus, inputs, keep, shard, tmp, out, ray, device)
+        return
+    from weir.indexer.document_pass import run_pass
+
+    with Step("document pass", steps):
+        passed = run_pass(_documents(corpus, "document pass", shard, keep, []), inputs, tmp)
+    if passed is not None:
+        manifest["document_pass"] = passed
 
 
 def _new_manifest(coll: Collection) -> dict:
@@ -222,7 +252,7 @@ def _dense_config(dense, components) -> DenseConfig | None:
 
 
 def _inputs(coll: Collection, components, threads: int | None, dense, learned: dict | None,
-            collection_pass: CollectionPass | None) -> BuildInputs:
+            collection_pass) -> BuildInputs:
     """What this build gives its component builders (for a shard of a set, what the set's pass computed)."""
     config = _dense_config(dense, components)
     inputs = BuildInputs(components=tuple(components), threads=threads, dense=config, learned=learned or {},
@@ -237,7 +267,7 @@ def _inputs(coll: Collection, components, threads: int | None, dense, learned: d
     return inputs
 
 
-def _compute_on_ray(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, shard, out: Path, ray,
+def _compute_on_ray(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, shard, tmp: Path, out: Path, ray,
                     device: str | None) -> dict:
     """The per-document steps on Ray workers, for the documents kept (of the shard, with ``shard``), their results
     handed to the builders through ``inputs``; the manifest's ``distributed`` entry."""
@@ -247,7 +277,7 @@ def _compute_on_ray(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, 
     if shard is not None:  # the workers weigh and encode only this shard's documents
         ids = {d.id for i, d in enumerate(_progress(corpus, "shard documents")) if shard.takes(i)}
         todo = ids if keep is None else ids & keep
-    return compute_blocks(corpus, inputs, todo, out, ray, device=device)
+    return compute_blocks(corpus, inputs, todo, out, ray, device=device, states_out=tmp)
 
 
 def _documents(corpus: Corpus, name: str, shard, keep: set[str] | None, in_shard: list[int]) -> Iterator[Document]:
@@ -270,8 +300,7 @@ def _build_components(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None
     pass) and the documents of the shard indexed, one count per component."""
     stats = None
     in_shard: list[int] = []
-    # the dense component last: its vectors may come from the term-weighting pass (BuildInputs.shared_dense)
-    for name in sorted(dict.fromkeys(inputs.components), key=lambda n: n == "dense"):
+    for name in dict.fromkeys(inputs.components):
         timer = Timer()
         with Step(name, steps):
             info = BUILDERS[name](_documents(corpus, name, shard, keep, in_shard), tmp / name, inputs)
@@ -307,91 +336,3 @@ def _record_checksums(manifest: dict, tmp: Path) -> None:
     for component in [*manifest["components"].values()] + ([manifest["pruning"]] if "pruning" in manifest else []):
         digest, files, size = tree_checksum(tmp / component["path"])
         component.update({"sha256": digest, "files": files, "bytes": size})
-
-
-def shard_name(index: int, count: int) -> str:
-    return f"shard-{index}-of-{count}"
-
-
-@dataclass
-class CollectionPass:
-    """What a shard set computes once over the whole collection for all its shards: the learned weights
-    (:class:`weir.indexer.inputs.CollectionWeights`); on Ray also a maker of readers of the dense vectors the workers
-    encoded (one reader per shard: it passes over the other shards' rows) and the run's record."""
-
-    weights: CollectionWeights | None = None
-    vectors: Callable[[], Callable[[list[Document]], np.ndarray]] | None = None
-    distributed: dict | None = None
-
-
-def build_shard_set(collection: str | os.PathLike, out: str | os.PathLike, count: int, *,
-                    components: tuple[str, ...] = ("bm25",), overwrite: bool = False, skip_empty: bool = False,
-                    threads: int | None = None, dense=None, learned: dict | None = None, prune=None,
-                    device: str | None = None, ray=None) -> list[dict]:
-    """Every shard of ``count`` into ``out/shard-I-of-N`` (the shard ``--shard I/N`` builds), in one run; return
-    their manifests.
-
-    Why a set rather than N builds of one shard: the learned weights are computed once over the whole collection (in
-    the single index's batches, with its term statistics), then each shard indexes its documents' weights. A
-    BM25-shaped DeepImpact head then reads the whole collection's document frequencies and mean length, and every
-    shard quantizes impacts with the whole collection's largest impact, so each document's postings are the ones a
-    single index of the collection gives it. Impact scores then compare across the shards (the sharded server
-    serves ``deepimpact`` and ``deepimpact+bm25`` only from such a set); shards built one by one each have a scale of
-    their own. BM25 and dense need no such pass: their scores are made comparable at serving
-    (:mod:`weir.indexer.shards`).
-
-    With ``ray`` (an :class:`weir.indexer.distributed.RayOptions`) that pass is the distributed build's: the workers
-    score, weigh and encode the whole collection once into resumable block files, and each shard's components are
-    built from its documents' rows. The set is built aside and renamed into place when every shard is complete."""
-    from weir.indexer.shards import ShardSpec
-
-    if count < 1:
-        raise InputError(f"a shard set has at least one shard (got --shard-set {count})")
-    _check_components(components)
-    out = Path(out)
-    coll = Collection.open(collection)
-    common = {"components": tuple(components), "skip_empty": skip_empty, "threads": threads, "dense": dense,
-              "learned": learned, "prune": prune, "device": device}
-    manifests = []
-    with staged_directory(out, overwrite=overwrite) as tmp:
-        passed = None
-        if learned_kinds(components) or (ray is not None and "dense" in components):
-            passed = _collection_pass(coll, tmp, out, ray, **common)
-        for i in range(count):
-            manifests.append(build_index(collection, tmp / shard_name(i, count), shard=ShardSpec(i, count),
-                                         collection_pass=passed, **common))
-    if ray is not None:
-        from weir.indexer.distributed import finish
-
-        finish(out, ray)
-    return manifests
-
-
-def _collection_pass(coll: Collection, tmp: Path, out: Path, ray, *, components: tuple[str, ...], skip_empty: bool,
-                     threads: int | None, dense, learned: dict | None, prune, device: str | None) -> CollectionPass:
-    """The shard set's pass over the whole collection (less the documents every shard prunes): the learned weights,
-    in this process or on Ray workers (which encode the dense vectors too)."""
-    import shutil
-
-    from weir.indexer.weighting.build import collection_weights
-
-    corpus = coll.corpus(skip_empty=skip_empty)
-    keep = None
-    if prune is not None:  # the documents every shard keeps (each shard records its pruning again)
-        scratch = tmp / ".pruning"
-        scratch.mkdir()
-        _, keep = _prune(corpus, prune, scratch, device, ray, out)
-        shutil.rmtree(scratch)
-    if ray is None:
-        documents = (d for d in _progress(corpus, "shard set: the collection's learned weights")
-                     if keep is None or d.id in keep)
-        return CollectionPass(collection_weights(documents, learned or {}, components,
-                                                 dense=_dense_config(dense, components)))
-    from weir.indexer.distributed import compute_blocks
-
-    inputs = BuildInputs(components=components, threads=threads, dense=_dense_config(dense, components),
-                         learned=learned or {})
-    record = compute_blocks(corpus, inputs, keep, out, ray, device=device)
-    vectors = inputs.dense_vectors
-    return CollectionPass(CollectionWeights.of(inputs.learned_memo) if learned_kinds(components) else None,
-                          vectors.for_a_shard if vectors is not None else None, record)

@@ -46,10 +46,12 @@ class BuildInputs:
       its documents' (None: the build weighs its own documents).
     - ``dense_vectors``: vectors encoded elsewhere (by a distributed build's workers), as a function from a chunk of
       documents to their vectors (None: the dense builder encodes).
-    - ``learned_memo``: kind -> the learned weights this build computed so far: filled by the first learned component
-      built (for every kind sharing its backbone) or by a distributed build's workers, read by the others.
-    - ``shared_dense``: the dense vectors of the term-weighting pass (:class:`SharedDense`), when the dense encoder is
-      the term-weighting backbone (None: the dense builder encodes).
+    - ``learned_memo``: kind -> the learned weights of the build's document pass (:mod:`weir.indexer.document_pass`)
+      or of a distributed build's workers, read by the learned components' builders.
+    - ``shared_dense``: the dense vectors of the document pass (:class:`SharedDense`), when the dense encoder is
+      the pass's backbone (None: the dense builder encodes).
+    - ``passage_states``: the manifest entry of the ``attention`` component the document pass wrote (None: not
+      written).
     """
 
     components: tuple[str, ...]
@@ -61,6 +63,7 @@ class BuildInputs:
     dense_vectors: Callable[[list[Document]], np.ndarray] | None = None
     learned_memo: dict[str, LearnedWeights] = field(default_factory=dict)
     shared_dense: SharedDense | None = None
+    passage_states: dict | None = None
 
 
 class SharedDense:

@@ -108,7 +108,10 @@ def _late_by_hand(model, query: str, passage: str):
     full attention matrix of the relevance layer over [CLS] q [SEP] [CLS] p [SEP]."""
     import torch
 
-    q, p = _segment_states(model, query), _segment_states(model, passage)
+    from weir.indexer.passage_states import quantized
+
+    q = _segment_states(model, query)
+    p = torch.from_numpy(quantized(_segment_states(model, passage, model.passage_length).numpy()))  # as stored
     x = torch.cat([q, p])
     layer, H, D = model.relevance, model.relevance.heads, model.relevance.head_dim
     with torch.no_grad():

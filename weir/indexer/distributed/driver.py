@@ -147,30 +147,42 @@ def _read_scores(work: Path, blocks: list[Block], docids: list[str], estimator) 
 
 
 def compute_blocks(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, out: Path, ray_options: RayOptions,
-                   *, device: str | None = None) -> dict:
+                   *, device: str | None = None, states_out: Path | None = None) -> dict:
     """Run the per-document steps of ``inputs.components`` on Ray (resuming from the block files of an interrupted
     run), then hand their results to the builders through ``inputs`` (:attr:`BuildInputs.learned_memo`,
-    :attr:`BuildInputs.dense_vectors`); return the manifest's ``distributed`` entry."""
+    :attr:`BuildInputs.dense_vectors`; the ``attention`` component's states written under ``states_out``); return
+    the manifest's ``distributed`` entry."""
+    from weir.indexer.document_pass import STATES
     from weir.indexer.weighting.build import learned_kinds, model_path
+    from weir.indexer.document_pass import DEFAULT_INPUT
 
     ray_options.check()
     started = time.perf_counter()
     kinds, dense, learned = learned_kinds(inputs.components), inputs.dense, inputs.learned
     if dense is not None and dense.vectors_from:
         raise InputError("--dense-vectors-from and --ray do not go together: reuse vectors in a single-process build")
-    if not kinds and dense is None:  # bm25 alone: Lucene's multi-threaded indexer is the whole build
+    states = STATES in inputs.components
+    pass_input = learned.get("input") or DEFAULT_INPUT
+    if states and pass_input == "words":
+        raise InputError("the attention component's passage states are read from the passages' text: build it "
+                         "with --pass-input auto or text")
+    if not kinds and dense is None and not states:  # bm25 alone: Lucene's multi-threaded indexer is the whole build
         return _nothing_ran(ray_options, "no per-document step (term weighting, dense encoding) asked for")
-    size = block_size(ray_options.block_size, dense, bool(kinds))
+    size = block_size(ray_options.block_size, dense, bool(kinds) or states)
     work = work_directory(out, ray_options)
     fingerprints = model_fingerprints(kinds, learned)
     needs_statistics = any(_needs_statistics(read_card(kind, learned)) for kind in kinds)
     blocks, _ = plan_blocks(corpus, size, keep, statistics=False)  # the workers count the statistics
-    done = open_work(work, ENCODING, encoding_plan(corpus, size, blocks, keep, fingerprints, dense))
+    done = open_work(work, ENCODING, encoding_plan(corpus, size, blocks, keep, fingerprints, dense,
+                                                   {"input": pass_input, "states": states}))
     worker = {"kinds": kinds, "dense": dense, "device": device or learned.get("device"),
-              "learned": {**{k: str(model_path(k, learned)) for k in kinds}, "batch_size": learned.get("batch_size")}}
+              "learned": {**{k: str(model_path(k, learned)) for k in kinds}, "batch_size": learned.get("batch_size"),
+                          "input": pass_input, "backend": learned.get("backend")}, "states": states}
     ran = _run_phase(corpus, work, ENCODING, blocks, done, ray_options, worker, keep=keep,
                      statistics=needs_statistics)
     _hand_over(work, blocks, kinds, inputs)
+    if states:
+        inputs.passage_states = _write_states(work, blocks, states_out / STATES)
     entry = _entry(ray_options, ran, blocks, done, size, work, started)
     if needs_statistics:
         entry["statistics"] = "the whole collection's, counted by the workers block by block and summed"
@@ -196,6 +208,24 @@ def _hand_over(work: Path, blocks: list[Block], kinds: list[str], inputs: BuildI
             inputs.learned_memo[k] = LearnedWeights(docids, BlockColumn(reader, blocks, "weights", k), models[k])
     if inputs.dense is not None:
         inputs.dense_vectors = BlockVectors(work, blocks)
+
+
+def _write_states(work: Path, blocks: list[Block], out: Path) -> dict:
+    """The ``attention`` component from the blocks' passage states, block by block, in corpus order (the single
+    build's files: the same blocks of the same pass, stored as the workers quantized them)."""
+    from weir.indexer.passage_states import StatesWriter
+
+    reader = BlockReader(work)
+    writer = None
+    for block in blocks:
+        content = reader(block.index)
+        if writer is None:
+            writer = StatesWriter(out, content["states_dim"], content["states_source"])
+        for docid, (codes, scales) in zip(content["docids"], content["states"]):
+            writer.add_quantized(docid, codes, scales)
+    if writer is None:
+        raise InputError("no passage states were computed: the collection has no document to index")
+    return writer.close()
 
 
 def finish(out: Path, ray_options: RayOptions) -> None:

@@ -78,7 +78,7 @@ class Block:
 def block_size(requested: int | None, dense, weighting: bool, unit: int = 1) -> int:
     """A block length that keeps every step's batches: a multiple of the term weighting batch (when weighting), of
     the dense chunk (when encoding) and of ``unit`` (a quality estimator's :attr:`batch_unit`)."""
-    from weir.indexer.weighting.build import BATCH
+    from weir.indexer.document_pass import BATCH
 
     if weighting:
         unit = math.lcm(unit, BATCH)
@@ -163,14 +163,14 @@ def _corpus_plan(corpus: Corpus, size: int, blocks: list[Block]) -> dict:
 
 
 def encoding_plan(corpus: Corpus, size: int, blocks: list[Block], keep: set[str] | None, fingerprints: dict,
-                  dense) -> dict:
+                  dense, document_pass: dict | None = None) -> dict:
     """What the encoding phase's block files depend on: the corpus, the documents kept, the block plan, the term
     weighting models (``fingerprints``: :func:`model_fingerprints`) and the encoder's settings."""
     keep_digest = None
     if keep is not None:
         keep_digest = hashlib.sha256("\n".join(sorted(keep)).encode()).hexdigest()
     return {**_corpus_plan(corpus, size, blocks), "kept_sha256": keep_digest, "term_weighting": fingerprints,
-            "dense": _dense_settings(dense)}
+            "dense": _dense_settings(dense), **({"document_pass": document_pass} if document_pass else {})}
 
 
 def quality_plan(corpus: Corpus, size: int, blocks: list[Block], estimator) -> dict:

@@ -127,6 +127,7 @@ def _count_statistics(work: Path, blocks: list[Block], ray_options: RayOptions, 
 def _steps(worker: dict) -> str:
     """The steps the workers run, for the progress bar (``deepct+dense``, ``quality (learned)``)."""
     return "+".join([*worker["kinds"], *(["dense"] if worker["dense"] is not None else []),
+                     *(["attention states"] if worker.get("states") else []),
                      *([f"quality ({worker['quality']['estimator']})"] if worker.get("quality") else [])])
 
 

@@ -59,27 +59,6 @@ class StatisticsWorker:
         return out
 
 
-def _term_weighters(kinds: list[str], learned: dict, device: str | None, threads: int | None) -> dict:
-    """A term weighting model per kind, those whose heads share a backbone on one backbone."""
-    from weir.indexer.weighting.build import same_backbone
-    from weir.indexer.weighting.model import Backbone, TermWeighter
-
-    models: dict[str, TermWeighter] = {}
-    first = None
-    for kind in kinds:
-        path = learned[kind]
-        card = json.loads((Path(path) / "card.json").read_text(encoding="utf-8"))
-        if first is None or not same_backbone(card, first.card):
-            backbone = Backbone(card["base_model"], device=device, threads=threads, backend=learned.get("backend"),
-                                max_length=int(card.get("max_length", 256)))
-        else:
-            backbone = first.backbone
-        model = TermWeighter(path, backbone=backbone, batch_size=learned.get("batch_size") or 32)
-        models[kind] = model
-        first = first or model
-    return models
-
-
 class BlockWorker:
     """A Ray Data actor: loads the models once, then per block reads the documents, runs the steps, writes the block's
     file.
@@ -89,7 +68,8 @@ class BlockWorker:
     directory."""
 
     def __init__(self, *, corpus: str, skip_empty: bool, keep, stats, work_dir: str, learned: dict, kinds: list[str],
-                 dense, threads: int | None, device: str | None, blocks: str = BLOCKS, quality: dict | None = None):
+                 dense, threads: int | None, device: str | None, blocks: str = BLOCKS, quality: dict | None = None,
+                 states: bool = False):
         self.corpus = Corpus(corpus, skip_empty=skip_empty)
         self.keep, self.stats = _resolved(keep), _resolved(stats)
         self.work = Path(work_dir)
@@ -101,53 +81,53 @@ class BlockWorker:
 
             device = prepare_device(device, threads)
             self.quality = open_estimator(quality["estimator"], seed=int(quality.get("seed", 0)), device=device)
-        self.models = _term_weighters(kinds, learned, device, threads)
         self.dense = dense
         self.encoder = None
         if dense is not None:
             from weir.indexer.encoder import Encoder
 
             self.encoder = Encoder(dense.model, **dense.encoder_options(device=device, threads=threads))
-        # one backbone pass per passage where the single build runs one (weir.indexer.weighting.build), so that the
-        # vectors are the single build's
-        self.shared = None
-        if self.encoder is not None and self.models and dense.shared_pass and not dense.vectors_from:
-            from weir.indexer.weighting.build import shares_backbone
+        # the single build's document passes, so that the weights, vectors and states are the single build's
+        own_encoder = self.encoder if dense is not None and dense.shared_pass and not dense.vectors_from else None
+        from weir.indexer.document_pass import plan_passes
 
-            backbone = next(iter(self.models.values())).backbone
-            self.shared = backbone if shares_backbone(self.encoder, backbone) else None
+        settings = {**{f"{k}_model": learned[k] for k in kinds},
+                    **{k: learned.get(k) for k in ("input", "backend", "batch_size")}}
+        self.passes = plan_passes(kinds, settings, encoder=own_encoder, states=states, device=device, threads=threads)
+        self.models = {k: m for p in self.passes for k, m in p.models.items()}
+        self.shared = next((p for p in self.passes if p.encoder is not None), None)
+        self.states = next((p for p in self.passes if p.states), None)
         (self.work / WORKERS).mkdir(parents=True, exist_ok=True)
         # who is working, for operators (and the tests that stop a worker mid-build)
         (self.work / WORKERS / str(os.getpid())).write_text(socket.gethostname() + "\n", encoding="utf-8")
 
-    def _weights(self, docs) -> tuple[dict, float, list]:
-        """Each kind's weights of ``docs``, the seconds, and (where the dense vectors come from the same pass) each
-        document's first window pooled."""
-        from weir.indexer.weighting.build import BATCH
+    def _weights(self, docs) -> tuple[dict, float, list, list | None]:
+        """The document passes over ``docs`` in the single build's blocks: each kind's weights, the seconds, each
+        document's first window (pooled where the dense vectors come from the pass) and its quantized states (None
+        without an attention component)."""
+        from weir.indexer.document_pass import BATCH
+        from weir.indexer.passage_states import quantize
         from weir.indexer.weighting.model import TermStatistics
 
-        if not self.models:
-            return {}, 0.0, []
+        if not self.passes:
+            return {}, 0.0, [], None
         started = time.perf_counter()
-        stats = TermStatistics([d.contents for d in docs], collection=self.stats) if self.stats is not None else None
-        first = next(iter(self.models.values()))
-        backbones = {id(m.backbone): m.backbone for m in self.models.values()}
+        needs = any(p.needs_statistics for p in self.passes)
+        stats = TermStatistics([d.contents for d in docs], collection=self.stats) \
+            if self.stats is not None and needs else None
         results: dict[str, list] = {k: [] for k in self.models}
-        vectors: dict[int, list] = {}
         windows: list = []
-        for key, backbone in backbones.items():
-            vectors[key] = []
-            pool = self.encoder.pool if backbone is self.shared else None
+        states: list | None = [] if self.states is not None else None
+        for document_pass in self.passes:
             for start in range(0, len(docs), BATCH):
-                vecs, pooled = backbone.term_vectors_and_pooled([d.contents for d in docs[start:start + BATCH]],
-                                                                first.batch_size, pool=pool)
-                vectors[key].extend(vecs)
-                if pool is not None:
-                    windows.extend(pooled)
-        for kind, model in self.models.items():
-            for i, (terms, v) in enumerate(vectors[id(model.backbone)]):
-                results[kind].append((terms, model.weigh(v, stats, i, terms)))
-        return results, time.perf_counter() - started, windows
+                block = document_pass.block(docs[start:start + BATCH], stats, start)
+                for kind, weights in block.weights.items():
+                    results[kind].extend(weights)
+                if document_pass.encoder is not None:
+                    windows.extend(block.windows)
+                if document_pass.states:
+                    states.extend(quantize(s) for s in block.states)
+        return results, time.perf_counter() - started, windows, states
 
     def _vectors(self, docs, windows: list) -> tuple[np.ndarray | None, float]:
         if self.encoder is None:
@@ -179,9 +159,15 @@ class BlockWorker:
         docs = self.corpus.read_block(offset, lineno, count, self.keep)
         read = time.perf_counter() - started
         scores, quality = self._scores(docs)
-        weights, weighting, windows = self._weights(docs)
+        weights, weighting, windows, states = self._weights(docs)
         vectors, dense = self._vectors(docs, windows)
-        return {"docids": [d.id for d in docs], "quality": scores, "weights": weights, "dense": vectors,
+        extra = {}
+        if states is not None:
+            from weir.indexer.document_pass import states_source
+
+            extra = {"states": states, "states_dim": self.states.backbone.dim,
+                     "states_source": states_source(self.states.backbone)}
+        return {"docids": [d.id for d in docs], "quality": scores, "weights": weights, "dense": vectors, **extra,
                 "models": {k: describe_model(m) for k, m in self.models.items()},
                 "seconds": {"read": read, "quality": quality, "term_weighting": weighting, "dense": dense},
                 "worker": f"{socket.gethostname()}:{os.getpid()}"}

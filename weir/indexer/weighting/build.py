@@ -8,14 +8,14 @@
   the stored frequency of a term is its quantized impact (what Anserini makes of a ``JsonVectorCollection``
   document, term repeated q times), scored by ``ImpactSimilarity``.
 
-The builders read what the build gives them from :class:`weir.indexer.inputs.BuildInputs`. Both components of one
-build share one encoder pass when their heads share a backbone (and read the term vector cache of
+The builders only write: the weights come from the build's document pass (:mod:`weir.indexer.document_pass`), one
+backbone forward per passage for every head sharing the backbone (or the term vector cache of
 :mod:`weir.indexer.weighting.cache` when one exists for these documents). Term vectors come rounded to float16, as the
 cache stores them: a build gives the same weights with or without the cache, and in one process or on Ray workers
-(:mod:`weir.indexer.distributed`, which runs the same batches of :data:`BATCH` documents). The manifest entry records
+(:mod:`weir.indexer.distributed`, which run the pass's blocks). The manifest entry records
 the model card and its sha256, the quantization parameters and counts.
 
-A shard of a shard set (:func:`weir.indexer.build.build_shard_set`) takes its documents' weights from
+A shard of a shard set (:func:`weir.indexer.shard_set.build_shard_set`) takes its documents' weights from
 :class:`weir.indexer.inputs.CollectionWeights`, computed once over the whole collection: the same batches, term
 statistics and, for ``deepimpact``, largest impact as a single index of the collection, so its postings are that
 index's.
@@ -28,18 +28,16 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
-from weir.indexer.inputs import BuildInputs, CollectionWeights, LearnedWeights, SharedDense, largest_impact
+from weir.indexer.inputs import BuildInputs, LearnedWeights, largest_impact
 from weir.indexer.lucene import index_pretokenized
 from weir.indexer.weighting.terms import counts_query_terms
 from weir.core.runtime import shipped_model
-from weir.core.types import Document
+from weir.core.types import Document, InputError
 
 DEFAULT_MODELS = {"deepct": "deepct", "deepimpact": "deepimpact"}  # under models/ (the BM25-shaped, multi-collection heads)
 TF_SCALE = 100
 QUANT_BITS = 8
-BATCH = 256
 
 
 def deepct_tf(weights: np.ndarray) -> np.ndarray:
@@ -79,21 +77,6 @@ def weights_depend_on_collection(kind: str, card: dict) -> bool:
     return kind == "deepimpact" or bool(card.get("features"))
 
 
-def collection_weights(documents: Iterable[Document], learned: dict, components: tuple[str, ...], dense=None
-                       ) -> CollectionWeights:
-    """The learned weights of every document of ``documents`` (the whole collection, as a single index reads it) for
-    each learned component of ``components``, with the collection's term statistics; ``learned``: as
-    :attr:`BuildInputs.learned`; with ``dense`` (a :class:`weir.indexer.dense.DenseConfig`), the dense vectors of
-    the same pass where the single index takes them from it."""
-    docs = list(documents)
-    inputs = BuildInputs(components=tuple(components), learned=learned or {}, dense=dense)
-    for kind in learned_kinds(inputs.components):
-        _weights(kind, docs, inputs)  # one pass for the heads that share a backbone
-    whole = CollectionWeights.of(inputs.learned_memo)
-    whole.shared_dense = inputs.shared_dense
-    return whole
-
-
 def describe_model(model) -> dict:
     """A term weighting model as the manifest records it: its description, its card and its search parameters."""
     return {**model.describe(), "card": model.card, "search": model.search_parameters()}
@@ -105,121 +88,18 @@ def same_backbone(card: dict, other: dict) -> bool:
 
 
 def _weights(kind: str, documents: Iterable[Document], inputs: BuildInputs) -> LearnedWeights:
-    """``kind``'s weights for ``documents``; computed once per build for every learned component requested whose head
-    shares the backbone (:attr:`BuildInputs.learned_memo`); a shard of a shard set takes its documents' from
+    """``kind``'s weights for ``documents``: the build's document pass computed them
+    (:attr:`BuildInputs.learned_memo`); a shard of a shard set takes its documents' from
     :attr:`BuildInputs.collection_weights`."""
     whole = inputs.collection_weights
     if whole is not None and kind in whole.memo:
         return whole.select(kind, documents)
     memo = inputs.learned_memo
-    if kind in memo:
-        for _ in documents:  # the stream is consumed (and validated) as for any component
-            pass
-        return memo[kind]
-    models = _models_sharing_a_backbone(kind, inputs)
-    docs = list(documents)
-    results = _weigh(models, docs, inputs)
-    docids = [d.id for d in docs]
-    for k, m in models.items():
-        memo[k] = LearnedWeights(docids, results[k], describe_model(m))
+    if kind not in memo:
+        raise InputError(f"the {kind} component is written from the build's document pass, which did not weigh it")
+    for _ in documents:  # the stream is consumed (and validated) as for any component
+        pass
     return memo[kind]
-
-
-def _models_sharing_a_backbone(kind: str, inputs: BuildInputs) -> dict:
-    """``kind``'s model, and those of the other learned components of the build whose heads share its backbone."""
-    from weir.indexer.weighting.model import TermWeighter
-
-    learned = inputs.learned
-    kinds = learned_kinds(inputs.components or (kind,)) or [kind]
-    if kind not in kinds:
-        kinds.append(kind)
-    first = TermWeighter(model_path(kind, learned), device=learned.get("device"), backend=learned.get("backend"),
-                         batch_size=learned.get("batch_size") or 32)
-    models = {kind: first}
-    for other in kinds:
-        if other == kind:
-            continue
-        path = model_path(other, learned)
-        card = json.loads((path / "card.json").read_text(encoding="utf-8")) if (path / "card.json").is_file() else {}
-        if same_backbone(card, first.card):
-            models[other] = TermWeighter(path, backbone=first.backbone, batch_size=first.batch_size)
-    return models
-
-
-def shared_dense_encoder(inputs: BuildInputs, backbone):
-    """The dense component's encoder when its vectors can come from the term-weighting pass of ``backbone``: the same
-    model, backend, device and input length, and no other source of vectors asked for; else None."""
-    config = inputs.dense
-    if (config is None or not config.shared_pass or config.vectors_from or inputs.dense_vectors is not None
-            or inputs.collection_weights is not None):
-        return None
-    from weir.indexer.encoder import shared_encoder
-
-    encoder = shared_encoder(config.model, **config.encoder_options())
-    return encoder if shares_backbone(encoder, backbone) else None
-
-
-def shares_backbone(encoder, backbone) -> bool:
-    """Whether ``encoder`` (:class:`weir.indexer.encoder.Encoder`) runs what ``backbone`` runs: the same model,
-    backend, device and input length (so the backbone's first window, pooled, can be its passage vector)."""
-    return (encoder.model_path, encoder.backend, encoder.device, encoder.passage_max_length) == \
-        (backbone.path, backbone.backend, backbone.device, backbone.max_length)
-
-
-def _shared_pass_vectors(encoder, docs: list[Document], pooled: list) -> SharedDense:
-    """The dense vectors of the pass, and how many passages' windows differ from the dense encoder's own input (the
-    words of a window are a text's runs of letters and digits: punctuation is not in it)."""
-    had = [i for i, (ids, _) in enumerate(pooled) if ids]
-    differ = 0
-    for start in range(0, len(had), 1024):
-        part = had[start:start + 1024]
-        own = encoder.tokenizer([docs[i].contents for i in part], truncation=True,
-                                max_length=encoder.passage_max_length)["input_ids"]
-        differ += sum(list(ids) != pooled[i][0] for ids, i in zip(own, part))
-    return SharedDense.of(docs, pooled, encoder.dim, {
-        "passages": len(had), "input_differs_from_a_separate_pass": differ,
-        "input": "the first term-weighting window: whole words (runs of letters and digits) up to the backbone's "
-                 "max_length word pieces, special tokens included; pooled and normalized as the encoder does"})
-
-
-def _weigh(models: dict, docs: list[Document], inputs: BuildInputs | None = None) -> dict[str, list]:
-    """Each model's (terms, weights) for every document of ``docs``, from one pass of their shared backbone (or the
-    term vectors cached for these documents); with a dense component on the same backbone
-    (:func:`shared_dense_encoder`), its vectors from that pass too (``inputs.shared_dense``)."""
-    from weir.indexer.weighting.cache import TermVectors, cache_key, cache_root
-    from weir.indexer.weighting.model import TermStatistics
-
-    first = next(iter(models.values()))
-    results: dict[str, list] = {k: [] for k in models}
-    # statistics of the collection being indexed, for heads with lexical features or a BM25-shaped prior
-    stats = TermStatistics(d.contents for d in docs) if any(m.needs_statistics for m in models.values()) else None
-
-    def apply(i: int, terms: list[str], vecs: np.ndarray) -> None:
-        for k, m in models.items():
-            results[k].append((terms, m.weigh(vecs, stats, i, terms)))
-
-    cached = cache_root() / cache_key(first.backbone, docs)
-    if (cached / "docids.json").is_file():
-        tv = TermVectors.load(cached)
-        for i in tqdm(range(len(docs)), desc=f"{'+'.join(models)} weights (cached vectors)", unit="doc",
-                      mininterval=1.0):
-            apply(i, tv.terms[i], np.asarray(tv.vectors(i), dtype=np.float32))
-    else:
-        encoder = shared_dense_encoder(inputs, first.backbone) if inputs is not None else None
-        pooled: list = []
-        what = "+".join(models) + ("+dense" if encoder is not None else "")
-        with tqdm(total=len(docs), desc=f"{what} weights (one pass)", unit="doc", dynamic_ncols=True, mininterval=1.0) as bar:
-            for start in range(0, len(docs), BATCH):
-                batch = docs[start:start + BATCH]
-                vecs, pools = first.backbone.term_vectors_and_pooled(
-                    [d.contents for d in batch], first.batch_size, pool=encoder.pool if encoder else None)
-                pooled.extend(pools)
-                for j, (terms, v) in enumerate(vecs):
-                    apply(start + j, terms, v)
-                bar.update(len(batch))
-        if encoder is not None:
-            inputs.shared_dense = _shared_pass_vectors(encoder, docs, pooled)
-    return results
 
 
 def build_deepct(documents: Iterable[Document], out: Path, inputs: BuildInputs) -> dict:

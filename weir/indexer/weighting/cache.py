@@ -34,6 +34,8 @@ def cache_key(backbone, docs: Sequence[Document]) -> str:
     h = hashlib.sha256()
     d = backbone.describe()
     key = [d["base_model_sha256"] or d["base_model"], d["max_length"], TOKENIZATION_VERSION]
+    if d.get("input", "words") != "words":  # the words input keeps the keys of the caches made before there was a choice
+        key.append(d["input"])
     if d.get("backend", "torch") not in EXACT:  # vectors of the exact backends are the same; others have their own
         key += [d["backend"], d.get("recipe")]
     h.update(json.dumps(key).encode())

@@ -39,17 +39,14 @@ from pathlib import Path
 import numpy as np
 
 from weir.core import bm25
-from weir.indexer.weighting.terms import word_terms
+from weir.indexer.weighting.backbone import DEFAULT_INPUT, MAX_LENGTH, Backbone
 from weir.core.provenance import sha256_file, write_card
-from weir.core.inference import check_backend, open_forward
-from weir.core.runtime import DEFAULT_MODEL, load_pretrained, model_fingerprint, prepare_device, resolve_model
 from weir.core.types import InputError
 
 KINDS = ("deepct", "deepimpact")
 SHAPES = ("bm25", "free")
 CARD = "card.json"
 HEAD = "head.pt"
-MAX_LENGTH = 256
 FEATURES = ("idf", "tf", "length")
 BM25_K1, BM25_B = bm25.K1, bm25.B  # the prior of a BM25-shaped DeepImpact head, and the search of BM25-shaped DeepCT
 FACTOR_LOG_BOUND = math.log(2.0)  # a BM25-shaped head multiplies its prior by a factor in [1/2, 2]
@@ -177,127 +174,12 @@ def factor(outputs):
     return torch.exp(FACTOR_LOG_BOUND * torch.tanh(outputs))
 
 
-def passage_terms(text: str) -> tuple[list[str], list[str], list[int]]:
-    """``(words, unique terms, index of the word of each term's first occurrence)``."""
-    ws, pairs = word_terms(text)
-    first: dict[str, int] = {}
-    for i, t in pairs:
-        first.setdefault(t, i)
-    return ws, list(first), list(first.values())
-
-
-class Backbone:
-    """The encoder: term vectors of passages (frozen, inference only), batched, on the device chosen at run time."""
-
-    def __init__(self, model: str | None = None, *, device: str | None = None, max_length: int = MAX_LENGTH,
-                 fp16: bool | None = None, threads: int | None = None, backend: str | None = None):
-        self.name = model or DEFAULT_MODEL
-        self.path = resolve_model(model)
-        self.device = prepare_device(device, threads)
-        self.tokenizer, self.model = load_pretrained(model)
-        # passages are tokenized whole and cut into windows here: the tokenizer's length warning does not apply
-        self.tokenizer.model_max_length = 1 << 30
-        if not self.tokenizer.is_fast:
-            raise InputError(f"{self.name}: term weighting needs a fast tokenizer (word alignment)")
-        self.forward = open_forward(self.model, self.tokenizer, check_backend(backend, self.device), self.device,
-                                    threads=threads, fp16=fp16)
-        self.backend = self.forward.backend
-        self.fp16 = bool(getattr(self.forward, "fp16", False))
-        self.max_length = max_length
-        self.dim = int(self.model.config.hidden_size)
-        # the special tokens around one sequence ([CLS] ... [SEP] for BERT), found by encoding a word with and without
-        full = self.tokenizer("a")["input_ids"]
-        bare = self.tokenizer("a", add_special_tokens=False)["input_ids"]
-        at = next(i for i in range(len(full)) if full[i:i + len(bare)] == bare)
-        self._before, self._after = list(full[:at]), list(full[at + len(bare):])
-        self._prefix, self._extra = len(self._before), len(self._before) + len(self._after)
-
-    def describe(self) -> dict:
-        return {"base_model": self.name, "base_model_path": self.path, "base_model_sha256": model_fingerprint(self.path),
-                "max_length": self.max_length, **self.forward.describe()}
-
-    def _windows(self, pieces: list[list[int]], needed: list[int]):
-        """Cut a passage's word pieces into windows; yield (ids, [(position, row)]) for the needed words."""
-        room = self.max_length - self._extra
-        want = {w: r for r, w in enumerate(needed)}
-        ids: list[int] = []
-        marks: list[tuple[int, int]] = []
-        for w, p in enumerate(pieces):
-            if not p:
-                continue
-            if ids and len(ids) + len(p) > room:
-                yield ids, marks
-                ids, marks = [], []
-            if w in want:
-                marks.append((self._prefix + len(ids), want[w]))
-            ids.extend(p[:room])
-        if ids:
-            yield ids, marks
-
-    def term_vectors(self, texts: Sequence[str], batch_size: int = 32) -> list[tuple[list[str], np.ndarray]]:
-        """Per text: (unique terms, float32 (n_terms, dim) first-occurrence vectors), rounded to float16 precision as
-        the term vector cache stores them, so that weights are the same whether the vectors come from the cache or
-        not."""
-        return self.term_vectors_and_pooled(texts, batch_size)[0]
-
-    def term_vectors_and_pooled(self, texts: Sequence[str], batch_size: int = 32, pool=None
-                                ) -> tuple[list[tuple[list[str], np.ndarray]], list[tuple[list[int], np.ndarray]]]:
-        """:meth:`term_vectors`, and per text, with ``pool`` (hidden (B, L, dim), mask (B, L) -> (B, dim)), the word
-        pieces of its first window (special tokens included) and that window pooled: the dense vector of the one
-        backbone pass (:mod:`weir.indexer.weighting.build`); ``([], None)`` for a text without terms."""
-        parsed = [passage_terms(t) for t in texts]
-        pooled: list = [([], None)] * len(texts)
-        out = [(terms, np.zeros((len(terms), self.dim), dtype=np.float32)) for _, terms, _ in parsed]
-        chunks = []  # (text index, ids, marks)
-        for ti, (ws, terms, first) in enumerate(parsed):
-            if not terms:
-                continue
-            enc = self.tokenizer(ws, is_split_into_words=True, add_special_tokens=False)
-            pieces: list[list[int]] = [[] for _ in ws]
-            for tok, w in zip(enc["input_ids"], enc.word_ids()):
-                if w is not None:
-                    pieces[w].append(tok)
-            for w, (ids, marks) in enumerate(self._windows(pieces, first)):
-                # several terms may share a word (rare): every row of that word gets the word's vector
-                chunks.append((ti, self._before + ids + self._after, marks, w == 0))
-        rows_of_word: list[dict[int, list[int]]] = []
-        for _, _, first in parsed:
-            m: dict[int, list[int]] = {}
-            for r, w in enumerate(first):
-                m.setdefault(w, []).append(r)
-            rows_of_word.append(m)
-        order = sorted(range(len(chunks)), key=lambda i: -len(chunks[i][1]))
-        pad = self.tokenizer.pad_token_id or 0
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            width = max(len(chunks[i][1]) for i in idx)
-            input_ids = np.full((len(idx), width), pad, dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            for j, i in enumerate(idx):
-                ids = chunks[i][1]
-                input_ids[j, :len(ids)] = ids
-                mask[j, :len(ids)] = 1
-            hidden = self.forward({"input_ids": input_ids, "attention_mask": mask,
-                                   "token_type_ids": np.zeros_like(input_ids)})["last_hidden_state"]
-            firsts = [j for j, i in enumerate(idx) if chunks[i][3]]
-            if pool is not None and firsts:
-                vectors = pool(hidden[firsts], mask[firsts])
-                for j, vector in zip(firsts, vectors):
-                    pooled[chunks[idx[j]][0]] = (chunks[idx[j]][1], vector)
-            for j, i in enumerate(idx):
-                ti, _, marks, _ = chunks[i]
-                _, terms, first = parsed[ti]
-                for pos, r in marks:
-                    for row in rows_of_word[ti][first[r]]:
-                        out[ti][1][row] = hidden[j, pos]
-        return [(terms, v.astype(np.float16).astype(np.float32)) for terms, v in out], pooled
-
-
 class TermWeighter:
     """A trained head over its backbone: ``weights(texts)`` -> per text (unique terms, float32 weights)."""
 
     def __init__(self, path: str | os.PathLike, *, device: str | None = None, backbone: Backbone | None = None,
-                 batch_size: int = 32, backend: str | None = None):
+                 batch_size: int = 32, backend: str | None = None, input: str = DEFAULT_INPUT,
+                 threads: int | None = None):
         import torch
 
         self.path = Path(path)
@@ -308,7 +190,8 @@ class TermWeighter:
         self.card = json.loads(card_path.read_text(encoding="utf-8"))
         self.kind = self.card["kind"]
         self.backbone = backbone or Backbone(self.card["base_model"], device=device, backend=backend,
-                                             max_length=int(self.card.get("max_length", MAX_LENGTH)))
+                                             max_length=int(self.card.get("max_length", MAX_LENGTH)), input=input,
+                                             threads=threads)
         self.features = list(self.card.get("features") or [])
         self.shape = self.card.get("shape", "free")
         self.members = int(self.card.get("members", 1))

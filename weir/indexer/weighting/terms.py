@@ -27,6 +27,11 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text)
 
 
+def word_starts(text: str) -> list[int]:
+    """Where each word of :func:`words` starts in ``text`` (a character offset)."""
+    return [m.start() for m in _WORD.finditer(text)]
+
+
 def _analyzer():
     global _analyze
     if _analyze is None:

@@ -37,8 +37,8 @@ from weir.ranker.rerankers.backbone import (
 from weir.core.inference import check_backend, feed, open_forward
 from weir.ranker.rerankers.lru import LruCache
 from weir.ranker.stage import Reranker, apply_scores
-from weir.core.runtime import autocast, shipped_model
-from weir.core.types import Query, Run, same_length_batches
+from weir.core.runtime import shipped_model
+from weir.core.types import Query, Run
 
 
 class AttentionModel:
@@ -68,13 +68,18 @@ class AttentionModel:
         if self.late:
             import torch
 
-            from weir.ranker.rerankers.relevance_attention import RelevanceAttention, StateCache
+            from weir.ranker.rerankers.relevance_attention import FoldedRelevance, RelevanceAttention, StateCache
 
             self.relevance = RelevanceAttention(self.model.config.hidden_size, int(self.settings["relevance_heads"]),
                                                 float(self.settings.get("temperature", 0.05)))
             self.relevance.load_state_dict(torch.load(self.path / "relevance.pt", map_location="cpu"))
             self.relevance.to(self.device).eval()
+            self.folded = FoldedRelevance(self.relevance)
             self.passage_states = StateCache(int(self.settings.get("state_cache", 4096)))
+            # the passage's first window at this length: the document pass's (256) for the shipped models, so that an
+            # index's stored states are what this model reads (weir.indexer.passage_states)
+            self.passage_length = int(self.settings.get("passage_length", self.max_length))
+            self.stored = None
         self._lock = threading.Lock()
 
     def masses(self, queries: Sequence[str], passages: Sequence[str], batch_size: int,
@@ -99,33 +104,60 @@ class AttentionModel:
 
         return token_states(self.forward, self.tokenizer, texts, max_length, batch_size, device=self.device)
 
+    def use_stored_states(self, index: Index) -> str | None:
+        """Read passage states from ``index``'s ``attention`` component when it holds what this model would compute
+        (its backbone, input and length); returns why not, or None when it does."""
+        if "attention" not in index.components:
+            return "the index has no attention component"
+        from weir.indexer.passage_states import PassageStates
+        from weir.core.runtime import model_fingerprint, resolve_model
+
+        stored = PassageStates(index.component_path("attention"))
+        made = stored.spec.get("backbone", {})
+        own = None if (self.path / "trained.pt").is_file() or (self.path / "backbone").is_dir() else \
+            model_fingerprint(resolve_model(self.settings["base_model"]))
+        if own is None or made.get("base_model_sha256") != own:
+            return "its states come from another backbone than this model's"
+        if made.get("input") != "text" or int(made.get("max_length", 0)) != self.passage_length:
+            return f"its states are of another passage input ({made.get('input')}, {made.get('max_length')} pieces)"
+        self.stored = stored
+        return None
+
+    def _passage_states(self, keys: Sequence[str], passages: Sequence[str], doc_ids) -> list:
+        """Each passage's states, float32 (L, H) as the component stores them: read from the index where it holds
+        them, else computed (and cached per process) with the same rounding."""
+        out = [None] * len(keys)
+        if self.stored is not None and doc_ids is not None:
+            out = self.stored.get(keys)
+        missing = [i for i, s in enumerate(out) if s is None]
+        if missing:
+            computed = self.passage_states.states(
+                [keys[i] for i in missing], [passages[i] for i in missing],
+                lambda texts: [s.numpy() for s in self.encode_states(texts, self.passage_length)])
+            for i, s in zip(missing, computed):
+                out[i] = s
+        return out
+
     def _late_masses(self, queries, passages, batch_size, doc_ids) -> list:
-        """Late interaction (:mod:`weir.ranker.rerankers.relevance_attention`): each query and each passage encoded once, alone;
-        the relevance layer over every pair."""
-        import torch
-
-        from weir.ranker.rerankers.relevance_attention import pad_states
-
+        """Late interaction (:mod:`weir.ranker.rerankers.relevance_attention`): each query encoded once, alone; its
+        candidates' states read (or computed once per passage); one matrix product per query and head
+        (:class:`FoldedRelevance`)."""
         keys = list(doc_ids) if doc_ids is not None else [f"text:{p}" for p in passages]
         unique_q = list(dict.fromkeys(queries))
-        with self._lock, torch.inference_mode(), autocast(self.device):
+        head_index = [h for _, h in self.heads]
+        with self._lock:
             # each query alone: its states do not depend on the other queries of a (micro-)batch
             q_states = dict(zip(unique_q, self.encode_states(unique_q, QUERY_MAX_TOKENS + 2, batch_size=1)))
-            p_states = self.passage_states.states(keys, passages,
-                                                  lambda texts: self.encode_states(texts, self.max_length))
+            p_states = self._passage_states(keys, passages, doc_ids)
             out: list = [None] * len(queries)
-            head_index = [h for _, h in self.heads]
-            # a query's pairs batched with its own pairs of the same passage length only: no padding, and no other
-            # query's pairs, so a pair's score does not depend on what else is scored with it (a micro-batched
-            # service's other requests included)
-            shapes = [(queries[i], len(p_states[i])) for i in range(len(queries))]
-            for idx in same_length_batches(shapes, batch_size):
-                qx, qv, qw = pad_states([q_states[queries[i]] for i in idx], self.device)
-                px, pv, pw = pad_states([p_states[i] for i in idx], self.device)
-                log_mass = self.relevance(qx, qv, px, pv, pw)[:, head_index].float().cpu().numpy()
-                qm = qw.cpu().numpy().astype(bool)
+            rows: dict[str, list[int]] = {}
+            for i, q in enumerate(queries):
+                rows.setdefault(q, []).append(i)
+            for q, idx in rows.items():
+                qs = q_states[q].float().numpy()
+                log_mass = self.folded.log_masses(qs, [p_states[i] for i in idx], head_index)
                 for j, i in enumerate(idx):
-                    out[i] = log_mass[j][:, qm[j]]
+                    out[i] = log_mass[j][:, 1:len(qs) - 1]  # the query's word pieces
         return out
 
 
@@ -144,6 +176,8 @@ class AttentionReranker(Reranker):
         self.batch_size = batch_size or (256 if self.model.device.startswith("cuda") else 32)
         self.model_card = self.model.card
         self._na = LruCache(na_cache_size)
+        # late interaction: the passages' states from the index's attention component where it has them
+        self.stored_states = None if not self.model.late else self.model.use_stored_states(index)
 
     def clear_caches(self) -> None:
         """Forget the content-free calibration passes and (late interaction) the passage states computed so far: the
@@ -153,8 +187,11 @@ class AttentionReranker(Reranker):
             self.model.passage_states.clear()
 
     def describe(self) -> dict:
+        stored = {} if not self.model.late else {
+            "passage_states": "stored (the index's attention component)" if self.stored_states is None
+            else f"computed at query time ({self.stored_states})"}
         return {**super().describe(), "model_path": str(self.model_path), "heads": self.model.heads,
-                "calibrate": self.model.calibrate, "idf": self.model.idf, "backend": self.model.backend}
+                "calibrate": self.model.calibrate, "idf": self.model.idf, "backend": self.model.backend, **stored}
 
     def _calibration(self, doc_ids: Sequence[str], texts: dict[str, str]) -> dict[str, np.ndarray]:
         """Head scores (K,) of the content-free query over each passage, cached per document."""

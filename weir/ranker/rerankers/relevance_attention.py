@@ -126,14 +126,64 @@ def pad_states(states: Sequence, device: str = "cpu"):
     return x.to(device), valid.to(device), words.to(device)
 
 
+class FoldedRelevance:
+    """:class:`RelevanceAttention` for one query against many passages, its passage-side projection folded onto the
+    query side: a head's logits against a passage state ``p`` are ``(Q_h W_kh) p + Q_h b_kh`` (scaled), so the
+    passages' states are used as stored, with no projection of their own, and every candidate of a query is scored by
+    one matrix product. The same log masses as :meth:`RelevanceAttention.forward` (float32, to rounding)."""
+
+    def __init__(self, layer: RelevanceAttention):
+        def array(t):
+            return t.detach().float().cpu().numpy()
+
+        self.heads, self.head_dim = layer.heads, layer.head_dim
+        self.wq, self.bq = array(layer.query.weight), array(layer.query.bias)
+        self.wk, self.bk = array(layer.key.weight), array(layer.key.bias)
+        self.scale = np.float32(1.0 / math.sqrt(layer.head_dim))
+
+    def log_masses(self, query: np.ndarray, passages: Sequence[np.ndarray], heads: Sequence[int]) -> np.ndarray:
+        """(passages, len(heads), Lq) log attention masses of every position of ``query`` (its token states, (Lq, H),
+        [CLS] and [SEP] included) on each passage's word pieces (a passage's states (L, H), [CLS] and [SEP] included:
+        they take attention but are not the passage's)."""
+        q = np.asarray(query, dtype=np.float32)
+        Q = q @ self.wq.T + self.bq
+        Kq = q @ self.wk.T + self.bk
+        lengths = np.array([len(p) for p in passages], dtype=np.int64)
+        P = np.concatenate([np.asarray(p, dtype=np.float32) for p in passages]) if len(passages) else \
+            np.zeros((0, q.shape[1]), np.float32)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        out = np.empty((len(passages), len(heads), len(q)), dtype=np.float32)
+        # each passage's word pieces: all but its first ([CLS]) and last ([SEP]) state
+        words = np.ones(len(P), dtype=bool)
+        words[starts] = False
+        words[starts + lengths - 1] = False
+        for j, h in enumerate(heads):
+            cols = slice(h * self.head_dim, (h + 1) * self.head_dim)
+            Qh = Q[:, cols]
+            own = (Qh @ Kq[:, cols].T) * self.scale  # (Lq, Lq): the query's own positions
+            logits = (Qh @ self.wk[cols]) @ P.T * self.scale + ((Qh @ self.bk[cols]) * self.scale)[:, None]
+            top = np.maximum(logits.max(axis=1) if len(P) else -np.inf, own.max(axis=1))  # (Lq,) a shift per row
+            e = np.exp(logits - top[:, None])
+            passage_all = np.add.reduceat(e, starts, axis=1) if len(P) else e[:, :0]
+            passage_words = np.add.reduceat(np.where(words[None, :], e, 0), starts, axis=1) if len(P) else e[:, :0]
+            total = passage_all + np.exp(own - top[:, None]).sum(axis=1)[:, None]
+            tiny = np.finfo(np.float32).tiny  # a passage of no word pieces: the mass of none, finite
+            out[:, j, :] = (np.log(np.maximum(passage_words, tiny)) - np.log(total)).T
+        return out
+
+
 class StateCache(LruCache):
-    """Token states per key (a document id, a query text), kept in fp16, least recently used dropped beyond
-    ``size``."""
+    """Token states per key (a document id, a query text), kept as the ``attention`` component stores them (int8 with
+    a scale per state, :mod:`weir.indexer.passage_states`), least recently used dropped beyond ``size``."""
 
     def __init__(self, size: int = 4096):
         super().__init__(size)
 
-    def states(self, keys: Sequence[str], texts: Sequence[str], encode) -> list:
-        """States of ``keys``; those missing are encoded together by ``encode(their texts)``."""
+    def states(self, keys: Sequence[str], texts: Sequence[str], encode) -> list[np.ndarray]:
+        """States of ``keys`` (float32 (L, H), the int8 rounding applied); those missing are encoded together by
+        ``encode(their texts)`` (float32 arrays)."""
+        from weir.indexer.passage_states import dequantize, quantize
+
         text_of = dict(zip(keys, texts))
-        return self.get_many(keys, lambda missing: [s.half() for s in encode([text_of[k] for k in missing])])
+        stored = self.get_many(keys, lambda missing: [quantize(s) for s in encode([text_of[k] for k in missing])])
+        return [dequantize(*s) for s in stored]

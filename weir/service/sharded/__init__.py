@@ -34,7 +34,7 @@ whole collection's list to the fusion's depth, and the lists are fused with the 
 server's fused ranking.
 
 ``deepimpact`` scores a document by its quantized impacts alone, so it compares across shards when the shards are
-one shard set (``weir index build --shard-set N``, :func:`weir.indexer.build.build_shard_set`): weighed in one pass over
+one shard set (``weir index build --shard-set N``, :func:`weir.indexer.shard_set.build_shard_set`): weighed in one pass over
 the whole collection (its term statistics for a BM25-shaped head) and quantized with the whole collection's largest
 impact, each shard holds the single index's postings for its documents. Shards built one by one (``--shard I/N``)
 each quantize with their own largest impact, a scale of their own: ``deepimpact`` and ``deepimpact+bm25`` are

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from weir.indexer.weighting.model import MAX_LENGTH
+from weir.indexer.weighting.backbone import MAX_LENGTH
 from weir.training.common import TrainingSet
 from weir.core.types import InputError
 

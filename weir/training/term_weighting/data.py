@@ -17,7 +17,8 @@ import numpy as np
 
 from weir.indexer.collections import Collection
 from weir.indexer.weighting.cache import cached_term_vectors
-from weir.indexer.weighting.model import DEEPCT_RESOLUTION, Backbone, TermStatistics, factor
+from weir.indexer.weighting.backbone import Backbone
+from weir.indexer.weighting.model import DEEPCT_RESOLUTION, TermStatistics, factor
 from weir.indexer.weighting.terms import counts_query_terms, unique_terms
 from weir.indexer.weighting.terms import terms as text_terms
 from weir.evaluation.measures import evaluate

@@ -9,7 +9,8 @@ from dataclasses import asdict
 
 import numpy as np
 
-from weir.indexer.weighting.model import FEATURES, KINDS, SHAPES, Backbone, save
+from weir.indexer.weighting.backbone import Backbone
+from weir.indexer.weighting.model import FEATURES, KINDS, SHAPES, save
 from weir.training.common import seeds_of_members
 from weir.training.term_weighting.config import DRAWS, VALIDATE_BY, TrainConfig
 from weir.training.term_weighting.data import WeightingData
