@@ -1,11 +1,13 @@
 """Which passage input the late-interaction attention reranker can read from the index (issue 52, item 2): nDCG@10 of
 the shipped ``attention`` model reranking a first-stage run, with its passage states computed from
 
-- ``raw``: the passage's text cut at the model's ``max_length`` word pieces (what the reranker reads on the fly);
+- ``raw``: the passage's text cut at the model's ``max_length`` word pieces (what the reranker read before issue 52);
+- ``raw 256``: the passage's text cut at 256 word pieces (the document pass's first window with the ``text`` input:
+  what the reranker reads now, stored in the index as int8, ``raw 256 int8``);
 - ``window``: the document pass's first window (the passage's words, punctuation dropped, up to the term-weighting
   backbone's 256 word pieces, special tokens included), the states the index can store at no extra forward;
 
-each stored at float16 and at int8 with a scale per vector (symmetric, the vector's largest magnitude over 127), and
+the window's stored at float16 and at int8 with a scale per vector (symmetric, the vector's largest magnitude over 127), and
 paired t-tests against ``raw``. Usage::
 
     python research/attention_states.py ../shared/collections/beir-scifact \
@@ -52,6 +54,29 @@ def int8(states: torch.Tensor) -> torch.Tensor:
     return (torch.round(states / scale).clamp(-127, 127) * scale)
 
 
+def score(model, topics, run: dict[str, list[str]], variants: dict[str, dict]) -> dict[str, dict]:
+    """Per variant of the passages' states, the shipped model's score of every candidate of every query."""
+    from weir.ranker.rerankers.backbone import QUERY_MAX_TOKENS
+    from weir.ranker.rerankers.relevance_attention import pad_states
+
+    head = [h for _, h in model.heads]
+    runs: dict[str, dict] = {name: {} for name in variants}
+    with torch.inference_mode():
+        for q in topics:
+            cands = run.get(q.id, [])
+            if not cands:
+                continue
+            qs = model.encode_states([q.text], QUERY_MAX_TOKENS + 2, batch_size=1)[0]
+            for name, states in variants.items():
+                qx, qv, qw = pad_states([qs] * len(cands))
+                px, pv, pw = pad_states([states[d] for d in cands])
+                log_mass = model.relevance(qx, qv, px, pv, pw)[:, head].float().numpy()
+                m = qw.numpy().astype(bool)
+                scores = [float(log_mass[j][:, m[j]].mean(-1) @ model.weights + model.bias) for j in range(len(cands))]
+                runs[name][q.id] = dict(zip(cands, scores))
+    return runs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("collection", type=Path)
@@ -63,8 +88,6 @@ def main() -> None:
 
     from weir.indexer.weighting.backbone import Backbone
     from weir.ranker.rerankers.attention import AttentionModel
-    from weir.ranker.rerankers.backbone import QUERY_MAX_TOKENS
-    from weir.ranker.rerankers.relevance_attention import pad_states
     from weir.core.runtime import shipped_model
 
     topics = read_topics(args.collection / args.queries)
@@ -91,21 +114,8 @@ def main() -> None:
                 "window int8": {d: int8(torch.from_numpy(np.asarray(s, dtype=np.float32))) for d, s in window.items()}}
     variants["raw fp16"] = {d: s.half() for d, s in raw.items()}
     variants["raw 256"] = dict(zip(docs, model.encode_states([texts[d] for d in docs], backbone.max_length)))
-    head = [h for _, h in model.heads]
-    runs: dict[str, dict] = {name: {} for name in variants}
-    with torch.inference_mode():
-        for q in topics:
-            cands = run.get(q.id, [])
-            if not cands:
-                continue
-            qs = model.encode_states([q.text], QUERY_MAX_TOKENS + 2, batch_size=1)[0]
-            for name, states in variants.items():
-                qx, qv, qw = pad_states([qs] * len(cands))
-                px, pv, pw = pad_states([states[d] for d in cands])
-                log_mass = model.relevance(qx, qv, px, pv, pw)[:, head].float().numpy()
-                m = qw.numpy().astype(bool)
-                scores = [float(log_mass[j][:, m[j]].mean(-1) @ model.weights + model.bias) for j in range(len(cands))]
-                runs[name][q.id] = dict(zip(cands, scores))
+    variants["raw 256 int8"] = {d: int8(s.float()) for d, s in variants["raw 256"].items()}
+    runs = score(model, topics, run, variants)
     per_query = {}
     for name, r in runs.items():
         per_query[name] = evaluate(r, qrels, ["nDCG@10"], min_rel=args.min_rel, per_query=True)[1]["nDCG@10"]

@@ -76,3 +76,26 @@ def test_attention_component_scores_as_computed_states_do(index_factory):
 
     with pytest.raises(InputError, match="pass-input"):
         plan_passes([], {"input": "words"}, states=True)
+
+
+@pytest.mark.data
+def test_upgrade_adds_the_attention_component_an_index_built_with_it_has(index_factory, tmp_path):
+    """`weir index upgrade --with attention` on a bm25 index: the states of every stored passage, in the component's
+    row order, the manifest's checksums updated, the same states as a build with the component."""
+    import shutil
+
+    import weir
+    from weir.cli import main
+    from weir.indexer.index_dir import verify
+
+    path = tmp_path / "adi"
+    shutil.copytree(index_factory("adi", "bm25"), path)
+    assert main(["index", "upgrade", str(path), "--with", "attention"]) == 0
+    verify(path)
+    upgraded, built = weir.Index(path), weir.Index(index_factory("adi", "bm25,dense,attention"))
+    ids = list(built.passage_states.docids)
+    assert sorted(upgraded.passage_states.docids) == sorted(ids)
+    for x, y in zip(built.passage_states.get(ids), upgraded.passage_states.get(ids)):
+        np.testing.assert_allclose(x, y, atol=5e-3)  # the int8 rounding where a last bit differs (other batches)
+    assert main(["index", "upgrade", str(path), "--with", "attention"]) == 0  # up to date: nothing done
+    assert main(["index", "upgrade", str(path), "--with", "dense"]) == 2

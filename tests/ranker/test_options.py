@@ -36,3 +36,27 @@ def test_stage_keys_set_one_stage():
 def test_bad_options_are_input_errors(values, message):
     with pytest.raises(InputError, match=message):
         PipelineOptions.from_mapping(values)
+
+
+def test_the_backend_is_an_option_of_the_pipeline_over_the_environment_variable(tmp_path, monkeypatch):
+    """``backend`` reaches the dense query encoder and every reranker; the environment variable (what `--backend`
+    sets) stays the default, and a pipeline's own option wins over it. (An index of fp32 vectors: the exact backends
+    read it alike.)"""
+    import json
+
+    from tests.conftest import DOCS
+    from weir.indexer.build import build_index
+    from weir.indexer.index_dir import Index
+    from weir.ranker import registry
+
+    o = PipelineOptions.from_mapping({"backend": "onnx", "attention.backend": "torch"})
+    assert o.dense.backend == o.ltr.backend == o.crossencoder.backend == "onnx" and o.attention.backend == "torch"
+    (tmp_path / "coll").mkdir()
+    (tmp_path / "coll" / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    build_index(tmp_path / "coll", tmp_path / "index", components=("bm25", "dense"), dense={"backend": "onnx"})
+    index = Index(tmp_path / "index")
+    monkeypatch.setenv("WEIR_BACKEND", "torch")
+    assert registry.build("dense", index).stages[0].encoder.backend == "torch"  # the variable: the default
+    onnx = PipelineOptions.from_mapping({"backend": "onnx"})
+    assert registry.build("dense", index, onnx).stages[0].encoder.backend == "onnx"
+    assert registry.build("bm25>>ltr", index, onnx).stages[-1].extractor.encoder.backend == "onnx"

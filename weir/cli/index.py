@@ -119,7 +119,8 @@ def cmd_verify(args) -> int:
 def cmd_upgrade(args) -> int:
     from weir.indexer.index_dir import upgrade
 
-    upgraded = upgrade(args.index)
+    add = tuple(c.strip() for c in (args.with_ or "").split(",") if c.strip())
+    upgraded = upgrade(args.index, add, {"backend": args.backend, "device": args.device})
     if upgraded:
         print(f"{args.index}: stored {'; '.join(upgraded)} (checksums updated)", file=sys.stderr)
     else:
@@ -168,6 +169,11 @@ def add_parsers(sub) -> None:
                        "files, and the manifest is replaced atomically with the new checksums. Nothing is rebuilt; "
                        "an up-to-date index is left as it is.")
     u.add_argument("index", help="index directory (built by `weir index build`)")
+    u.add_argument("--with", dest="with_", default=None, metavar="attention",
+                   help="also add these components, computed from the index's stored documents: 'attention' (the "
+                        "attention reranker's passage states, one backbone pass over every passage)")
+    u.add_argument("--device", default=None, help="the backbone's device (default: cuda when available, else cpu)")
+    add_backend_option(u)
     u.set_defaults(func=cmd_upgrade)
 
 

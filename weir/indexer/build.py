@@ -224,12 +224,14 @@ def _document_pass(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, s
         with Step("ray workers", steps):
             manifest["distributed"] = _compute_on_ray(corpus, inputs, keep, shard, tmp, out, ray, device)
         return
-    from weir.indexer.document_pass import run_pass
+    from weir.indexer.document_pass import passes_for_build, run_pass
 
+    passes = passes_for_build(inputs)
+    if not passes:  # no component reads the backbone
+        return
     with Step("document pass", steps):
-        passed = run_pass(_documents(corpus, "document pass", shard, keep, []), inputs, tmp)
-    if passed is not None:
-        manifest["document_pass"] = passed
+        manifest["document_pass"] = run_pass(_documents(corpus, "document pass", shard, keep, []), inputs, tmp,
+                                             passes)
 
 
 def _new_manifest(coll: Collection) -> dict:

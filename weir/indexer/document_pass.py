@@ -182,12 +182,14 @@ def shared_vectors(encoder, backbone, docs: Sequence[Document], windows: list) -
         "input": what + "; pooled and normalized as the encoder does"})
 
 
-def run_pass(documents: Iterable[Document], inputs: BuildInputs, out: Path | None) -> dict | None:
+def run_pass(documents: Iterable[Document], inputs: BuildInputs, out: Path | None,
+             passes: list[DocumentPass] | None = None) -> dict | None:
     """The in-process build's document pass over ``documents`` (the kept passages of the index or shard): the learned
     weights into :attr:`BuildInputs.learned_memo`, the dense vectors into :attr:`BuildInputs.shared_dense`, the states
     into the ``attention`` component under ``out`` (its manifest entry in :attr:`BuildInputs.passage_states`).
-    Returns the manifest's ``document_pass`` entry (None when no component reads the backbone)."""
-    passes = passes_for_build(inputs)
+    Returns the manifest's ``document_pass`` entry (None when no component reads the backbone). ``passes``: as
+    :func:`passes_for_build` plans them (planned here when not given)."""
+    passes = passes_for_build(inputs) if passes is None else passes
     if not passes:
         return None
     docs = list(documents)
@@ -256,6 +258,40 @@ def _pass_over(document_pass: DocumentPass, docs: list[Document], inputs: BuildI
     docids = [d.id for d in docs]
     for k, m in models.items():
         inputs.learned_memo[k] = LearnedWeights(docids, results[k], describe_model(m))
+
+
+def add_states(directory: Path, learned: dict | None = None) -> dict:
+    """The ``attention`` component written into an existing index (``weir index upgrade --with attention``): the
+    states pass over the documents its BM25 component stores, in its row order, into a staging directory renamed into
+    place; returns the manifest entry. The index's manifest is the caller's to update."""
+    import shutil
+
+    from weir.indexer.docstore import DocumentStore
+    from weir.indexer.lucene import read_docid_table
+
+    bm25 = Path(directory) / "bm25"
+    if not DocumentStore.exists(bm25):
+        raise InputError(f"{directory}: no stored documents to read the passages from (run `weir index upgrade` "
+                         "first, or build the index again with --with ...,attention)")
+    docids = read_docid_table(bm25)
+    store = DocumentStore(bm25, docids)
+    passes = plan_passes([], learned or {}, states=True)
+    staging = Path(directory) / f".{STATES}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    inputs = BuildInputs(components=(STATES,), learned=learned or {})
+    ids = list(docids)
+
+    def documents():
+        for start in range(0, len(ids), BATCH):
+            found = store.get(ids[start:start + BATCH])
+            yield from (found[d] for d in ids[start:start + BATCH])
+
+    _pass_over(passes[0], list(documents()), inputs, staging)
+    target = Path(directory) / STATES
+    shutil.rmtree(target, ignore_errors=True)
+    (staging / STATES).rename(target)
+    shutil.rmtree(staging, ignore_errors=True)
+    return {"path": STATES, **inputs.passage_states}
 
 
 def states_source(backbone) -> dict:

@@ -104,11 +104,13 @@ def verify(directory: str | os.PathLike, manifest: dict[str, Any] | None = None)
     return manifest
 
 
-def upgrade(directory: str | os.PathLike) -> list[str]:
+def upgrade(directory: str | os.PathLike, add: tuple[str, ...] = (), learned: dict | None = None) -> list[str]:
     """Give an index built by an earlier weir what it lacks, in place: every Lucene component its ``postings/``
     arrays (:mod:`weir.indexer.postings`), the BM25 component its document store (:mod:`weir.indexer.docstore`).
     Each component is checked against its manifest checksum first, then exported, re-checksummed, and the manifest
-    replaced atomically. Returns what was stored, as "component: what" (nothing when the index is up to date)."""
+    replaced atomically. ``add``: components to add that need no rebuild of the others (``attention``: the passage
+    states, :func:`weir.indexer.document_pass.add_states`; ``learned``: its backend and device). Returns what was
+    stored, as "component: what" (nothing when the index is up to date)."""
     from weir.indexer.docstore import write_documents
     from weir.indexer.postings import write_postings
 
@@ -132,6 +134,18 @@ def upgrade(directory: str | os.PathLike) -> list[str]:
             component[field] = write(path)
             upgraded.append(f"{name}: {what}")
         component["sha256"], component["files"], component["bytes"] = tree_checksum(path)
+    for name in add:
+        if name != "attention":
+            raise InputError(f"`weir index upgrade --with` adds the attention component only; {name!r} is built by "
+                             "`weir index build --with`")
+        if name in manifest["components"]:
+            continue
+        from weir.indexer.document_pass import add_states
+
+        entry = add_states(directory, learned)
+        entry["sha256"], entry["files"], entry["bytes"] = tree_checksum(directory / entry["path"])
+        manifest["components"][name] = entry
+        upgraded.append(f"{name}: passage states of {entry['passages']} passages")
     if upgraded:
         tmp = directory / f"{MANIFEST}.tmp-{os.getpid()}"
         write_manifest(directory, manifest, name=tmp.name)
@@ -271,6 +285,16 @@ class Index:
 
         found = self.lucene.batch_doc(list(dict.fromkeys(doc_ids)), threads)
         return {doc_id: Document(doc_id, *title_and_text(doc.raw())) for doc_id, doc in found.items()}
+
+    @cached_property
+    def passage_states(self):
+        """The ``attention`` component's passage states (:class:`weir.indexer.passage_states.PassageStates`), None
+        for an index without one."""
+        if "attention" not in self.components:
+            return None
+        from weir.indexer.passage_states import PassageStates
+
+        return PassageStates(self.component_path("attention"))
 
     @property
     def num_docs(self) -> int:

@@ -126,3 +126,25 @@ class PassageStates:
             a, b = int(self.offsets[r]), int(self.offsets[r + 1])
             out.append(dequantize(np.asarray(self.codes[a:b]), np.asarray(self.scales[a:b])))
         return out
+
+
+class ShardStates:
+    """The passage states of every shard of a shard set, read as one component (a reranker over the shards'
+    candidates): a passage's states from the shard that holds it."""
+
+    def __init__(self, shards: Sequence[PassageStates]):
+        self.shards = list(shards)
+        self.spec = self.shards[0].spec
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.shards)
+
+    def get(self, docids: Sequence[str]) -> list[np.ndarray | None]:
+        out: list[np.ndarray | None] = [None] * len(docids)
+        for shard in self.shards:
+            missing = [i for i, s in enumerate(out) if s is None]
+            if not missing:
+                break
+            for i, states in zip(missing, shard.get([docids[i] for i in missing])):
+                out[i] = states
+        return out

@@ -98,8 +98,9 @@ def _collection_pass(coll: Collection, tmp: Path, out: Path, ray, *, components:
                                                  dense=_dense_config(dense, components)))
     from weir.indexer.distributed import compute_blocks
 
-    inputs = BuildInputs(components=components, threads=threads, dense=_dense_config(dense, components),
-                         learned=learned or {})
+    # the passage states depend on the passage alone: each shard's build computes its own (an in-process pass)
+    inputs = BuildInputs(components=tuple(c for c in components if c != "attention"), threads=threads,
+                         dense=_dense_config(dense, components), learned=learned or {})
     record = compute_blocks(corpus, inputs, keep, out, ray, device=device)
     vectors = inputs.dense_vectors
     return CollectionPass(CollectionWeights.of(inputs.learned_memo) if learned_kinds(components) else None,

@@ -47,6 +47,7 @@ class ImpactOptions:
 class DenseOptions:
     model: str | None = None  # query encoder; None: the model recorded in the index manifest
     device: str | None = None
+    backend: str | None = None  # query encoder's inference backend; None: $WEIR_BACKEND, else as the index's vectors
     ef_search: int | None = None  # HNSW efSearch; None: as built
     nprobe: int | None = None  # IVF lists probed; None: as built
 
@@ -65,6 +66,7 @@ class RerankerOptions:
     model: str | None = None  # model directory; None: the one shipped under models/
     depth: int = 100  # candidates rescored
     device: str | None = None  # None: cuda when available, else cpu
+    backend: str | None = None  # inference backend (weir.core.inference); None: $WEIR_BACKEND, else the default
     batch_size: int | None = None  # pairs per forward pass; None: the reranker's default
 
     def __post_init__(self):
@@ -123,6 +125,7 @@ FLAT_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     "rrf_k": (("hybrid", "rrf_k"),),
     "depth_per_stage": (("hybrid", "depth_per_stage"), ("deepimpact_bm25", "depth_per_stage")),
     "device": (("dense", "device"),) + tuple((r, "device") for r in RERANKERS),
+    "backend": (("dense", "backend"),) + tuple((r, "backend") for r in RERANKERS),
     "depth": tuple((r, "depth") for r in RERANKERS),
     "batch_size": tuple((r, "batch_size") for r in ("attention", "crossencoder")),
     **{f"{r}_model": ((r, "model"),) for r in RERANKERS},

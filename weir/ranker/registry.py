@@ -57,7 +57,8 @@ def _bm25(index: Index, o: BM25Options, _: BuildStage) -> Retriever:
 def _dense(index: Index, o: DenseOptions, _: BuildStage) -> Retriever:
     from weir.ranker.retrievers.dense import DenseRetriever
 
-    return DenseRetriever(index, model=o.model, device=o.device, ef_search=o.ef_search, nprobe=o.nprobe)
+    return DenseRetriever(index, model=o.model, device=o.device, backend=o.backend, ef_search=o.ef_search,
+                          nprobe=o.nprobe)
 
 
 def _hybrid(index: Index, o: FusionOptions, build: BuildStage) -> Retriever:
@@ -119,19 +120,22 @@ def ltr_model_for(index: Index, after: Sequence[str]) -> str:
 def _ltr(index: Index, o: RerankerOptions, after: Sequence[str]) -> Reranker:
     from weir.ranker.rerankers.ltr import LTRReranker
 
-    return LTRReranker(index, o.model or shipped_model(ltr_model_for(index, after)), depth=o.depth, device=o.device)
+    return LTRReranker(index, o.model or shipped_model(ltr_model_for(index, after)), depth=o.depth, device=o.device,
+                       backend=o.backend)
 
 
 def _attention(index: Index, o: RerankerOptions, _: BuildStage) -> Reranker:
     from weir.ranker.rerankers.attention import AttentionReranker
 
-    return AttentionReranker(index, o.model, depth=o.depth, device=o.device, batch_size=o.batch_size)
+    return AttentionReranker(index, o.model, depth=o.depth, device=o.device, batch_size=o.batch_size,
+                             backend=o.backend)
 
 
 def _crossencoder(index: Index, o: RerankerOptions, _: BuildStage) -> Reranker:
     from weir.ranker.rerankers.crossencoder import CrossEncoderReranker
 
-    return CrossEncoderReranker(index, o.model, depth=o.depth, device=o.device, batch_size=o.batch_size)
+    return CrossEncoderReranker(index, o.model, depth=o.depth, device=o.device, batch_size=o.batch_size,
+                                backend=o.backend)
 
 
 FIRST_STAGES: dict[str, Entry] = {

@@ -105,14 +105,13 @@ class AttentionModel:
         return token_states(self.forward, self.tokenizer, texts, max_length, batch_size, device=self.device)
 
     def use_stored_states(self, index: Index) -> str | None:
-        """Read passage states from ``index``'s ``attention`` component when it holds what this model would compute
-        (its backbone, input and length); returns why not, or None when it does."""
-        if "attention" not in index.components:
-            return "the index has no attention component"
-        from weir.indexer.passage_states import PassageStates
+        """Read passage states from ``index``'s ``attention`` component (every shard's, over a shard set) when it holds
+        what this model would compute (its backbone, input and length); returns why not, or None when it does."""
         from weir.core.runtime import model_fingerprint, resolve_model
 
-        stored = PassageStates(index.component_path("attention"))
+        stored = getattr(index, "passage_states", None)
+        if stored is None:
+            return "the index has no attention component"
         made = stored.spec.get("backbone", {})
         own = None if (self.path / "trained.pt").is_file() or (self.path / "backbone").is_dir() else \
             model_fingerprint(resolve_model(self.settings["base_model"]))

@@ -152,12 +152,12 @@ class LTRReranker(Reranker):
     name = "ltr"
 
     def __init__(self, index: Index, model: str | os.PathLike | None = None, *, depth: int = 100,
-                 device: str | None = None):
+                 device: str | None = None, backend: str | None = None):
         from weir.ranker.rerankers.ltr_features import FeatureExtractor
 
         self.model_path = Path(model) if model else shipped_model("ltr")
         self.model = LTRModel.load(self.model_path)
-        self.extractor = FeatureExtractor(index, device=device)
+        self.extractor = FeatureExtractor(index, device=device, backend=backend)
         self.cols = self.model.columns(self.extractor.names)
         self.depth = depth
         self.model_card = self.model.card

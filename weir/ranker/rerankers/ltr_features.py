@@ -157,7 +157,7 @@ class FeatureExtractor:
     names = FEATURES
 
     def __init__(self, index: Index, *, dense_component: str = "dense", device: str | None = None,
-                 cache_size: int = 200_000):
+                 cache_size: int = 200_000, backend: str | None = None):
         self.index = index
         self.lucene = LuceneStats(index)
         self.dense = None
@@ -165,7 +165,7 @@ class FeatureExtractor:
             from weir.indexer.dense import open_dense
 
             self.dense = open_dense(index, dense_component)
-            self.encoder = self.dense.query_encoder(device=device)
+            self.encoder = self.dense.query_encoder(device=device, backend=backend)
         self._docs = LruCache(cache_size)  # (contents terms, title terms) per document
 
     def describe(self) -> dict:

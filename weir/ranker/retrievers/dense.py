@@ -22,9 +22,10 @@ class DenseRetriever(Retriever):
     another path); ``ef_search`` / ``nprobe`` override the stored HNSW / IVF search parameters."""
 
     def __init__(self, index: Index, *, component: str = "dense", model: str | None = None, device: str | None = None,
-                 ef_search: int | None = None, nprobe: int | None = None, name: str = "dense"):
+                 ef_search: int | None = None, nprobe: int | None = None, name: str = "dense",
+                 backend: str | None = None):
         self.dense = open_dense(index, component)
-        self.encoder = self.dense.query_encoder(model, device)
+        self.encoder = self.dense.query_encoder(model, device, backend)
         self.params = self.dense.search_parameters(ef_search=ef_search, nprobe=nprobe)
         self.search_overrides = {k: v for k, v in (("efSearch", ef_search), ("nprobe", nprobe)) if v}
         self.name = name

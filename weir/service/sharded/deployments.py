@@ -75,6 +75,16 @@ class ShardDocuments:
     def component_path(self, name: str) -> Path:
         return self.indexes[0].component_path(name)
 
+    @property
+    def passage_states(self):
+        """Every shard's passage states as one (None unless every shard has them)."""
+        shards = [index.passage_states for index in self.indexes]
+        if any(s is None for s in shards):
+            return None
+        from weir.indexer.passage_states import ShardStates
+
+        return ShardStates(shards)
+
     def documents(self, doc_ids: list[str], threads: int = 4) -> dict[str, Document]:
         out: dict[str, Document] = {}
         wanted = list(dict.fromkeys(doc_ids))
