@@ -40,12 +40,13 @@ class Entry:
     build)`` returns a first stage and ``make(index, own options, after)`` a reranker, ``after`` the names of the
     stages before it (:data:`CANDIDATES` for a run's); ``requires`` the index components it reads; ``model`` the
     shipped model it loads when its options name none (``models/<model>``; for ``ltr``, one of
-    :func:`ltr_model_for`)."""
+    :func:`ltr_model_for`); ``reads`` the components it reads where the index has them."""
 
     options: str
     make: Callable[[Index, Any, Any], Stage]  # the third argument: BuildStage (first stages) or after (rerankers)
     requires: tuple[str, ...] = ()
     model: str | None = None
+    reads: tuple[str, ...] = ()
 
 
 def _bm25(index: Index, o: BM25Options, _: BuildStage) -> Retriever:
@@ -149,7 +150,7 @@ FIRST_STAGES: dict[str, Entry] = {
 FUSABLE = tuple(sorted(name for name in FIRST_STAGES if name != "hybrid"))  # first stages a fusion can take
 RERANKERS: dict[str, Entry] = {
     "ltr": Entry("ltr", _ltr, ("bm25",), "ltr"),
-    "attention": Entry("attention", _attention, ("bm25",), "attention"),
+    "attention": Entry("attention", _attention, ("bm25",), "attention", ("attention",)),  # stored passage states
     "crossencoder": Entry("crossencoder", _crossencoder, ("bm25",), "crossencoder"),
 }
 
@@ -198,11 +199,12 @@ def reranker_model(name: str, index: Index, options: PipelineOptions, after: Seq
 
 
 def components(spec: str) -> list[str]:
-    """The index components pipeline ``spec`` reads (what its stages require), in stage order."""
+    """The index components pipeline ``spec`` reads (what its stages require, and what they read where the index has
+    it), in stage order."""
     needed: dict[str, None] = {}
     for name in parse(spec):
         entry = FIRST_STAGES.get(name) or RERANKERS[name]
-        needed.update(dict.fromkeys(entry.requires))
+        needed.update(dict.fromkeys(entry.requires + entry.reads))
     return list(needed)
 
 

@@ -41,6 +41,9 @@ from weir.core.runtime import shipped_model
 from weir.core.types import Query, Run
 
 
+STATES_CHUNK = 256  # candidates whose passage states are held at once (float32: about 100 MB at 256 word pieces)
+
+
 class AttentionModel:
     """The trained backbone plus the head selection and combination of a model directory."""
 
@@ -147,16 +150,20 @@ class AttentionModel:
         with self._lock:
             # each query alone: its states do not depend on the other queries of a (micro-)batch
             q_states = dict(zip(unique_q, self.encode_states(unique_q, QUERY_MAX_TOKENS + 2, batch_size=1)))
-            p_states = self._passage_states(keys, passages, doc_ids)
             out: list = [None] * len(queries)
             rows: dict[str, list[int]] = {}
             for i, q in enumerate(queries):
                 rows.setdefault(q, []).append(i)
-            for q, idx in rows.items():
+            for q, pairs in rows.items():
                 qs = q_states[q].float().numpy()
-                log_mass = self.folded.log_masses(qs, [p_states[i] for i in idx], head_index)
-                for j, i in enumerate(idx):
-                    out[i] = log_mass[j][:, 1:len(qs) - 1]  # the query's word pieces
+                # a query's candidates' states a chunk at a time: memory bounded whatever the depth (the content-free
+                # query of the calibration comes with every candidate of a batch)
+                for start in range(0, len(pairs), STATES_CHUNK):
+                    idx = pairs[start:start + STATES_CHUNK]
+                    p_states = self._passage_states([keys[i] for i in idx], [passages[i] for i in idx], doc_ids)
+                    log_mass = self.folded.log_masses(qs, p_states, head_index)
+                    for j, i in enumerate(idx):
+                        out[i] = log_mass[j][:, 1:len(qs) - 1]  # the query's word pieces
         return out
 
 
