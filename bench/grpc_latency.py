@@ -56,11 +56,13 @@ def free_port() -> int:
 class Served:
     """A `weir serve` process on loopback (port read from the line it prints), with a Prometheus metrics port."""
 
-    def __init__(self, name: str, command: list[str], env: dict[str, str], index: Path, pipelines: str):
+    def __init__(self, name: str, command: list[str], env: dict[str, str], index: Path, pipelines: str,
+                 extra: tuple[str, ...] = ()):
         self.name, self.metrics_port = name, free_port()
         args = ["serve", "--index", str(index), "--port", "0", "--metrics-port", str(self.metrics_port), "--no-verify"]
         if pipelines:
             args += ["--pipelines", pipelines]
+        args += list(extra)
         self.command = [*command, *args]
         self.process = subprocess.Popen(self.command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, text=True)
@@ -96,9 +98,9 @@ def servers(args, index: Path) -> list[Served]:
     mine = dict(env, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     out = []
     if args.before:
-        out.append(Served("before", shlex.split(args.before), env, index, args.pipelines))
+        out.append(Served("before", shlex.split(args.before), env, index, args.pipelines, shlex.split(args.serve_args)))
     out.append(Served("after" if args.before else "this checkout", [sys.executable, "-m", "weir"], mine, index,
-                      args.pipelines))
+                      args.pipelines, shlex.split(args.serve_args)))
     return out
 
 
@@ -294,6 +296,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--reps", type=int, default=3, help="Search calls per topic in a phase (default 3)")
     ap.add_argument("--callers", type=int, default=1, help="concurrent callers (default 1: sequential calls)")
+    ap.add_argument("--serve-args", default="", help="more `weir serve` arguments for every server, e.g. '--depth 20'")
     ap.add_argument("--batch", type=int, default=0, help="also BatchSearch calls of this many topics")
     ap.add_argument("--batch-calls", type=int, default=16, help="BatchSearch calls in a phase (default 16)")
     ap.add_argument("--before", help="another version's `weir` command: measure both, in alternating rounds")

@@ -84,7 +84,7 @@ if [ ! -f "$topics" ] || [ ! -f "$qrels" ]; then
 fi
 PRUNE=${DEMO_PRUNE:-learned:0.25}
 DEPTH=${DEMO_DEPTH:-20}
-COMPONENTS=bm25,deepct,deepimpact,dense
+COMPONENTS=bm25,deepct,deepimpact,dense,attention
 index="indexes/$name-demo"
 experiment="runs/$name-demo"
 PIPELINES="bm25,deepct,deepimpact,deepimpact+bm25,dense,hybrid,bm25>>ltr,hybrid>>ltr,bm25>>attention[depth=$DEPTH]"

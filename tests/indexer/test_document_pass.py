@@ -99,3 +99,28 @@ def test_upgrade_adds_the_attention_component_an_index_built_with_it_has(index_f
         np.testing.assert_allclose(x, y, atol=5e-3)  # the int8 rounding where a last bit differs (other batches)
     assert main(["index", "upgrade", str(path), "--with", "attention"]) == 0  # up to date: nothing done
     assert main(["index", "upgrade", str(path), "--with", "dense"]) == 2
+
+
+@pytest.mark.data
+def test_a_sharded_reranker_reads_every_shards_states(index_factory, tmp_path):
+    """A shard set built with the attention component: each shard stores its own passages' states, and the sharded
+    service's reranker (over every shard's documents, weir.service.sharded.deployments.ShardDocuments) reads them from
+    the shards, scoring the single index's candidates as the single index's reranker does (1e-3)."""
+    import weir
+    from tests.conftest import collection
+    from weir.indexer.shard_set import build_shard_set
+    from weir.ranker import registry
+    from weir.service.sharded.deployments import ShardDocuments
+
+    build_shard_set(collection("adi"), tmp_path / "set", 2, components=("bm25", "attention"))
+    shards = ShardDocuments([str(tmp_path / "set" / f"shard-{i}-of-2") for i in range(2)])
+    single = weir.Index(index_factory("adi", "bm25,dense,attention"))
+    sharded_reranker, single_reranker = (registry.build_stage("attention", i) for i in (shards, single))
+    assert sharded_reranker.stored_states is None and single_reranker.stored_states is None  # both read states
+    assert len(shards.passage_states) == single.num_docs
+    topics = [weir.Query("q", "computer retrieval of documents")]
+    candidates = weir.pipeline("bm25", single).search(topics, k=30)
+    a = sharded_reranker.rerank(topics, candidates, 30)["q"]
+    b = single_reranker.rerank(topics, candidates, 30)["q"]
+    assert [h.doc_id for h in a] == [h.doc_id for h in b]
+    assert max(abs(x.score - y.score) for x, y in zip(a, b)) <= 1e-3
