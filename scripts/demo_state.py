@@ -45,11 +45,17 @@ def cost(path: str) -> None:
         print(f"   quality scoring ({pruning['estimator']}): {pruning['documents_scored']:,} passages in "
               f"{scoring['seconds']:.1f} s ({how}); {counts['pruned']:,} pruned ({pruning.get('fraction', 0):.0%}), "
               f"{counts['documents']:,} indexed")
+    steps = {s["step"]: s["seconds"] for s in manifest["timings"].get("steps", [])}
+    if "document pass" in steps:
+        passes = manifest.get("document_pass", {}).get("passes", [])
+        what = "; ".join(f"{'+'.join(p['consumers'])} reading {p['backbone']['input']}" for p in passes)
+        print(f"   document pass {steps['document pass']:.1f} s, {len(passes)} backbone pass{'es' if len(passes) > 1 else ''}"
+              f" over the passages: {what}")
     print(f"   {'component':<12}{'build s':>9}{'MiB':>8}  documents")
     for name, c in manifest["components"].items():
-        print(f"   {name:<12}{c['build_seconds']:>9.1f}{c['bytes'] / 2**20:>8.1f}  {c.get('documents', '')}")
-    print(f"   total {manifest['timings']['total_seconds']:.1f} s (DeepCT's row includes the term-weighting encoder pass "
-          "DeepImpact shares)")
+        print(f"   {name:<12}{c['build_seconds']:>9.1f}{c['bytes'] / 2**20:>8.1f}  "
+              f"{c.get('documents', c.get('passages', ''))}")
+    print(f"   total {manifest['timings']['total_seconds']:.1f} s (the components write what the document pass computed)")
 
 
 def experiment_is(directory: str, index: str, pipelines: str) -> bool:
