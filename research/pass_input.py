@@ -6,7 +6,10 @@ and ``deepct``, ``deepimpact`` and ``deepimpact+bm25`` compared by nDCG@10 per q
 The dense vector and the attention states need no such run: with the ``text`` input the pass's first window is what
 a separate dense encoder reads (the same vector), and ``research/attention_states.py`` measures the states.
 
-Usage: python research/pass_input.py [--work DIR] [--collections beir-scifact,adi,...]
+A head trained on the text input (``weir train --recipe deepct --set input=text --out DIR``) is compared with the shipped
+one on words by ``--text-deepct DIR`` (the text indexes then hold bm25 and that deepct only, under ``text-NAME``).
+
+Usage: python research/pass_input.py [--work DIR] [--collections beir-scifact,adi,...] [--text-deepct DIR]
 Indexes are kept under ``$WEIR_CACHE/pass-input`` (built once), the table printed and written beside them.
 """
 
@@ -45,7 +48,10 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path(os.environ.get("WEIR_CACHE", Path.home() / ".cache" / "weir"))
                    / "pass-input")
     p.add_argument("--collections", default=",".join(SOURCES))
+    p.add_argument("--text-deepct", type=Path, default=None,
+                   help="a deepct head trained on the text input: the text side reads it (deepct only)")
     args = p.parse_args()
+    pipelines = ("deepct",) if args.text_deepct else PIPELINES
     import numpy as np
 
     import weir
@@ -58,13 +64,17 @@ def main() -> None:
         scores = {}
         for input in INPUTS:
             index = args.work / name / input
+            components, learned = ("bm25", "deepct", "deepimpact"), {"input": input}
+            if input == "text" and args.text_deepct:
+                index = args.work / name / f"text-{args.text_deepct.name}"
+                components, learned = ("bm25", "deepct"), {"input": input, "deepct_model": str(args.text_deepct)}
             if not (index / "manifest.json").is_file():
                 started = time.perf_counter()
-                weir.build_index(collection, index, components=("bm25", "deepct", "deepimpact"), overwrite=True,
-                                 skip_empty=True, learned={"input": input})
+                weir.build_index(collection, index, components=components, overwrite=True, skip_empty=True,
+                                 learned=learned)
                 print(f"{name} {input}: built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-            scores[input] = {pl: per_query(index, collection, pl, min_rel, remove_identical) for pl in PIPELINES}
-        for pl in PIPELINES:
+            scores[input] = {pl: per_query(index, collection, pl, min_rel, remove_identical) for pl in pipelines}
+        for pl in pipelines:
             a, b = scores["words"][pl], scores["text"][pl]
             ids = sorted(set(a) | set(b))
             x, y = [a.get(i, 0.0) for i in ids], [b.get(i, 0.0) for i in ids]
@@ -74,12 +84,13 @@ def main() -> None:
                   f"{pvalue:.3f} | {len(ids)} |", flush=True)
     table = ["| collection | pipeline | words | text | text - words | p (paired t) | queries |", "|---|---|---:|---:|---:|---:|---:|"]
     table += [f"| {n} | {pl} | {x:.4f} | {y:.4f} | {y - x:+.4f} | {pv:.3f} | {q} |" for n, pl, x, y, pv, q in rows]
-    for pl in PIPELINES:
+    for pl in pipelines:
         diffs = [y - x for _, p_, x, y, _, _ in rows if p_ == pl]
         table.append(f"| mean | {pl} | | | {np.mean(diffs):+.4f} | | |")
     print("\n".join(table))
-    (args.work / "table.md").write_text("\n".join(table) + "\n", encoding="utf-8")
-    (args.work / "rows.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    tag = f"-{args.text_deepct.name}" if args.text_deepct else ""
+    (args.work / f"table{tag}.md").write_text("\n".join(table) + "\n", encoding="utf-8")
+    (args.work / f"rows{tag}.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -85,9 +85,10 @@ def plan_passes(kinds: Sequence[str], learned: dict, *, encoder=None, states: bo
     backbone; and, where the heads read words, the states from a pass of their own over the first windows.
 
     ``learned``: the build's learned settings (model directories, ``input``: ``auto``, ``text`` or ``words``,
-    ``backend``, ``batch_size``). ``auto`` reads words where heads weigh (their training input: on the text input the
-    shipped heads lost 0.006 nDCG@10 on SciFact and 0.014 on CACM, significant; ``research/pass_input.py``) and the
-    text otherwise (the dense encoder's and the attention reranker's input)."""
+    ``backend``, ``batch_size``). ``auto`` reads what the heads were trained on (their card's ``input``; words for the
+    shipped ones: on the text input they lost 0.006 nDCG@10 on SciFact and 0.014 on CACM, significant;
+    ``research/pass_input.py``) and the text where no head weighs (the dense encoder's and the attention reranker's
+    input)."""
     from weir.core.runtime import resolve_model
     from weir.indexer.weighting.build import model_path, same_backbone
     from weir.indexer.weighting.backbone import MAX_LENGTH, Backbone
@@ -96,12 +97,13 @@ def plan_passes(kinds: Sequence[str], learned: dict, *, encoder=None, states: bo
     choice = learned.get("input") or DEFAULT_INPUT
     if choice not in PASS_INPUTS:
         raise InputError(f"unknown pass input {choice!r}; known: {', '.join(PASS_INPUTS)}")
-    heads_read = "words" if choice == "auto" else choice
     groups: list[dict] = []
     for kind in kinds:
         path = model_path(kind, learned)
         card = json.loads((path / "card.json").read_text(encoding="utf-8")) if (path / "card.json").is_file() else {}
-        group = next((g for g in groups if same_backbone(card, next(iter(g.values())).card)), None)
+        heads_read = (card.get("parameters") or {}).get("input", "words") if choice == "auto" else choice
+        group = next((g for g in groups if same_backbone(card, next(iter(g.values())).card)
+                      and next(iter(g.values())).backbone.input == heads_read), None)
         if group is None:
             groups.append({kind: TermWeighter(path, device=device, backend=learned.get("backend"),
                                               batch_size=learned.get("batch_size") or 32, input=heads_read,

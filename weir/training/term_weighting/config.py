@@ -27,6 +27,7 @@ class TrainConfig:
     max_queries: int = 3000  # judged queries per source at most (a seeded sample; ArguAna's synthetic set has 25,844)
     base_model: str = "all-MiniLM-L6-v2"
     max_length: int = MAX_LENGTH
+    input: str = "words"  # what the backbone reads of a passage: its words, or its own text (weighting.backbone)
     titles: bool = False  # DeepCT free shape: titles as pseudo-queries of their documents
     epochs: int | None = None  # None: 10 for deepimpact, 20 for deepct
     lr: float = 1e-3

@@ -59,7 +59,7 @@ def train(config: TrainConfig, log=print) -> dict:
     # fp32 whatever the inference default: the shipped heads were trained on fp32 term vectors, and a model trained
     # again from its recipe must be the model shipped
     backbone = Backbone(config.base_model, device=config.device, max_length=config.max_length,
-                        backend=exact_backend(select_device(config.device)))
+                        backend=exact_backend(select_device(config.device)), input=config.input)
     sources = [WeightingData(judged, coll, weight, config, backbone, log,
                       config.bm25_index if len(specs) == 1 else None) for judged, coll, weight in specs]
     read = time.perf_counter()
