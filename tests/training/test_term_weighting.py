@@ -18,6 +18,7 @@ def judged(coll):  # the tiny collection's judgments as one training set
     return TrainingSet(collection=str(coll), topics=str(coll / "queries.tsv"), qrels=str(coll / "qrels.txt"))
 
 
+@pytest.mark.slow  # a training run: make test, not test-fast
 @pytest.mark.parametrize("kind", ["deepct", "deepimpact"])
 @pytest.mark.parametrize("shape", ["bm25", "free"])
 def test_training_writes_a_model_card(learned_tiny, tmp_path, monkeypatch, kind, shape):
@@ -37,6 +38,7 @@ def test_training_writes_a_model_card(learned_tiny, tmp_path, monkeypatch, kind,
     assert (kind == "deepimpact") == ("fusion" in saved)
 
 
+@pytest.mark.slow  # a training run: make test, not test-fast
 def test_members_differ_in_their_seed_only_and_the_first_is_the_one_member_head(learned_tiny, tmp_path, monkeypatch):
     """`--members 2`: two heads on one split, seeds 13 and 1013; the first is bit for bit the head `--members 1`
     trains; the card records each member's seed, epoch, validation and own deepimpact+bm25 weight."""
@@ -69,6 +71,7 @@ def test_members_differ_in_their_seed_only_and_the_first_is_the_one_member_head(
                           out=str(tmp_path / "m0"), members=0), log=lambda m: None)
 
 
+@pytest.mark.slow  # a training run: make test, not test-fast
 def test_several_training_sets_are_read_and_drawn_by_weight(learned_tiny, tmp_path, monkeypatch):
     from weir.training.term_weighting import TrainConfig
     from weir.training.term_weighting.data import WeightingData
@@ -124,6 +127,7 @@ def test_pseudo_queries_are_deterministic_and_leave_their_words_out():
     assert [i.text for i in pseudo_items(docs, 100, seed=6)] != [] and len(pseudo_items(docs, 1, seed=5)) == 1
 
 
+@pytest.mark.slow  # a training run: make test, not test-fast
 def test_members_shrunk_by_their_disagreement_are_the_same_members_with_tau2_on_the_card(learned_tiny, tmp_path,
                                                                                            monkeypatch):
     """`--members 2 --shrink` trains the members `--members 2` trains, bit for bit, and writes the shrinkage prior it
