@@ -137,7 +137,9 @@ def add_parsers(sub) -> None:
                        "renamed into place only when complete, with manifest.json describing it.")
     b.add_argument("--collection", required=True, help="collection directory or corpus file")
     b.add_argument("--out", required=True, help="index directory to create")
-    b.add_argument("--with", dest="with_", default="bm25", help="components to build, comma-separated (default: bm25)")
+    b.add_argument("--with", dest="with_", default="bm25",
+                   help="components to build, comma-separated: bm25, dense, deepct, deepimpact, attention (the "
+                        "attention reranker's passage states, so that it encodes only the query) (default: bm25)")
     b.add_argument("--overwrite", action="store_true", help="replace an existing index at --out")
     b.add_argument("--skip-empty", action="store_true", help="leave out empty documents instead of failing")
     b.add_argument("--threads", type=int, default=None, help="indexing threads (default: all cores)")
@@ -161,7 +163,7 @@ def add_parsers(sub) -> None:
     v.set_defaults(func=cmd_verify)
 
     u = idx.add_parser("upgrade", help="store what an index of an earlier weir lacks (the postings of its Lucene "
-                       "components, the document store of bm25), in place",
+                       "components, the document store of bm25), in place; --with attention adds the passage states",
                        description="Bring an index built by an earlier weir up to date, in place: each Lucene "
                        "component (bm25, deepct, deepimpact) without stored postings, and a bm25 component without "
                        "its document store, is checked against its manifest checksum; the postings (in-process "
