@@ -327,3 +327,21 @@ def test_sigterm_drains_and_exits(small_index):
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         process.kill()
+
+
+@pytest.mark.parametrize("method, data", [
+    ("Search", b"\x0a\x02\xff\xfe"),  # query: two bytes that are not UTF-8
+    ("Search", b"\x0a\x10ab"),  # query: 16 bytes announced, 2 sent
+    ("BatchSearch", b"\x0a\x01q\x0a\x02\xc3\x28"),  # the second query not UTF-8
+    ("Info", b"\xff\xff\xff"),  # a field number that never ends
+])
+def test_request_bytes_that_do_not_parse_get_invalid_argument(server, client, method, data):
+    """Bytes no SearchService request parses from are the caller's error (INVALID_ARGUMENT, what failed to parse),
+    not grpc's UNKNOWN "Unexpected DecodeError"; the server goes on."""
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        call = channel.unary_unary(f"/weir.v1.SearchService/{method}")  # raw bytes each way
+        with pytest.raises(grpc.RpcError) as info:
+            call(data, timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    assert f"not a valid {method}Request message" in info.value.details()
+    assert client.health() == "SERVING"

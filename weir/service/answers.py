@@ -89,14 +89,41 @@ def _serialize(response) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 
+class Malformed:
+    """Request bytes protobuf cannot parse (a string field that is not UTF-8, a truncated or garbled message): handed
+    to the servicer in place of the request, which answers INVALID_ARGUMENT with :meth:`refuse` (grpc itself would
+    answer UNKNOWN, "Unexpected DecodeError")."""
+
+    def __init__(self, kind: str, error: Exception):
+        self.message = f"the request is not a valid {kind} message: {error}"[:300]
+
+    async def refuse(self):
+        from weir.service.failures import Failure
+
+        raise Failure(grpc.StatusCode.INVALID_ARGUMENT, self.message)
+
+
+def _parse(request_class):
+    """``request_class``'s parser that returns a :class:`Malformed` instead of raising."""
+    from google.protobuf.message import DecodeError
+
+    def parse(data: bytes):
+        try:
+            return request_class.FromString(data)
+        except DecodeError as e:
+            return Malformed(request_class.__name__, e)
+
+    return parse
+
+
 def add_to_server(servicer, server) -> None:
     """Serve ``servicer``'s SearchService methods on ``server`` (what the generated
     ``add_SearchServiceServicer_to_server`` does, with a serializer that sends the servicer's wire bytes as they
-    are)."""
+    are, and request bytes that do not parse handed over as :class:`Malformed`)."""
     requests = {"Search": search_pb2.SearchRequest, "BatchSearch": search_pb2.BatchSearchRequest,
                 "Info": search_pb2.InfoRequest}
     handlers = {name: grpc.unary_unary_rpc_method_handler(getattr(servicer, name),
-                                                          request_deserializer=request.FromString,
+                                                          request_deserializer=_parse(request),
                                                           response_serializer=_serialize)
                 for name, request in requests.items()}
     service = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name

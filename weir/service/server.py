@@ -39,7 +39,7 @@ from weir.indexer.index_dir import Index
 from weir.ranker import registry
 from weir.ranker.options import PipelineOptions
 from weir.service.admission import Admission, Costs
-from weir.service.answers import NO_HITS, Answer, add_to_server, batch_response, responses
+from weir.service.answers import NO_HITS, Answer, Malformed, add_to_server, batch_response, responses
 from weir.service.auth import TokenInterceptor
 from weir.service.batching import Abandoned, Item, MicroBatcher
 from weir.service.config import ServiceConfig
@@ -191,7 +191,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             answer = results[0]
             return answer.response, {"pipeline": spec, "hits": len(answer.hits), "batch": answer.batch}
 
-        return await self._call("Search", context, work)
+        return await self._call("Search", context, request.refuse if isinstance(request, Malformed) else work)
 
     async def BatchSearch(self, request, context):
         async def work():
@@ -200,7 +200,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             spec, results = await self._answer(request, list(request.queries), context)
             return batch_response(spec, results), {"pipeline": spec, "queries": n}
 
-        return await self._call("BatchSearch", context, work)
+        return await self._call("BatchSearch", context, request.refuse if isinstance(request, Malformed) else work)
 
     def _documents(self) -> int:
         """The number of documents served (what Info reports)."""
@@ -224,7 +224,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                                                                                               self.options))
                         for p in self.allowed if len(registry.parse(p)) > 1]), {}
 
-        return await self._call("Info", context, work)
+        return await self._call("Info", context, request.refuse if isinstance(request, Malformed) else work)
 
 
 def jvm_heap_for(index: Index) -> str:
