@@ -77,6 +77,17 @@ def score(model, topics, run: dict[str, list[str]], variants: dict[str, dict]) -
     return runs
 
 
+def projected(states: dict, dims: int, sample: int = 200_000, seed: int = 0) -> dict:
+    """The states as a store of ``dims`` principal components would give them back: projected on the top ``dims``
+    principal directions of a sample of the states (uncentred: the score is a dot product), int8 per state, and
+    mapped back to the full width (what folding the projection onto the query side computes)."""
+    rows = torch.cat([s.float() for s in states.values()])
+    pick = torch.from_numpy(np.random.default_rng(seed).choice(len(rows), min(sample, len(rows)), replace=False))
+    _, _, v = torch.linalg.svd(rows[pick], full_matrices=False)
+    basis = v[:dims].T  # (H, dims)
+    return {d: int8(s.float() @ basis) @ basis.T for d, s in states.items()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("collection", type=Path)
@@ -84,6 +95,8 @@ def main() -> None:
     p.add_argument("--depth", type=int, default=20)
     p.add_argument("--min-rel", type=int, default=1)
     p.add_argument("--queries", default="queries.tsv")
+    p.add_argument("--pca", type=lambda v: [int(x) for x in v.split(",") if x], default=[],
+                   help="also states projected on this many principal directions, e.g. 128,64")
     args = p.parse_args()
 
     from weir.indexer.weighting.backbone import Backbone
@@ -115,6 +128,8 @@ def main() -> None:
     variants["raw fp16"] = {d: s.half() for d, s in raw.items()}
     variants["raw 256"] = dict(zip(docs, model.encode_states([texts[d] for d in docs], backbone.max_length)))
     variants["raw 256 int8"] = {d: int8(s.float()) for d, s in variants["raw 256"].items()}
+    for dims in args.pca:  # stored as int8 codes of a projection on the states' top principal directions
+        variants[f"raw 256 pca{dims} int8"] = projected(variants["raw 256"], dims)
     runs = score(model, topics, run, variants)
     per_query = {}
     for name, r in runs.items():
