@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from weir.indexer.build import build_index
 from weir.indexer.collections import Collection, Corpus
@@ -70,3 +72,38 @@ def test_skip_empty_documents_when_asked(tmp_path):
     path = write(tmp_path / "corpus.jsonl", docs_jsonl({"id": "a", "text": "x"}, {"id": "b", "title": "", "text": ""}))
     corpus = Corpus(path, skip_empty=True)
     assert [d.id for d in corpus] == ["a"] and corpus.stats.skipped_empty == ["b"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(docs=st.lists(st.fixed_dictionaries({"id": st.text(min_size=0, max_size=8), "title": st.text(max_size=20),
+                                            "text": st.text(max_size=40)}), min_size=1, max_size=6),
+       cut=st.integers(0, 400), garble=st.sampled_from([b"", b"\xff", b"\xc3(", b"\x00", b"\n", b"}", b'"']),
+       at=st.integers(0, 400), tsv=st.booleans())
+def test_generated_corpus_files_read_whole_or_fail_naming_file_and_line(tmp_path_factory, docs, cut, garble, at, tsv):
+    """Corpus files generated with any unicode ids and texts, cut at any byte and garbled at any byte: reading one
+    gives every document, or ends with an InputError naming the file and the line; never another error."""
+    import json
+
+    from weir.indexer.collections import Collection
+
+    if tsv:
+        name = "corpus.tsv"
+        data = "".join(f"{d['id']}\t{d['text']}\n" for d in docs).encode("utf-8", "surrogatepass")
+    else:
+        name = "corpus.jsonl"
+        data = "".join(json.dumps(d) + "\n" for d in docs).encode("utf-8", "surrogatepass")
+    if cut < len(data):
+        data = data[:cut]
+    data = data[:at] + garble + data[at:]
+    path = tmp_path_factory.mktemp("generated") / name
+    path.write_bytes(data)
+    try:
+        read = list(Collection.open(path).corpus(skip_empty=True))
+    except InputError as e:
+        message = str(e)
+        assert message.startswith(f"{path}:") or message.startswith(f"{path}: "), message
+        line = message[len(str(path)) + 1:].split(":", 1)[0]
+        assert line.strip() == "" or line.isdigit(), message  # the line where a line is to blame
+        return
+    assert all(d.id and not any(c.isspace() for c in d.id) for d in read)
+    assert len({d.id for d in read}) == len(read)
