@@ -117,7 +117,7 @@ def main() -> None:
     raw = dict(zip(docs, model.encode_states([texts[d] for d in docs], model.max_length)))
     t_raw = time.perf_counter() - started
     started = time.perf_counter()
-    window = dict(zip(docs, backbone.first_window_states([texts[d] for d in docs])))
+    window = dict(zip(docs, [p.states for p in backbone.run([texts[d] for d in docs], terms=False, states=True)]))
     t_window = time.perf_counter() - started
     lengths = {"raw": np.mean([len(raw[d]) for d in docs]), "window": np.mean([len(window[d]) for d in docs])}
     print(f"{len(docs)} passages: raw {t_raw:.1f} s, mean {lengths['raw']:.1f} states; window {t_window:.1f} s, "

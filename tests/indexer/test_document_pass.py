@@ -56,7 +56,7 @@ def test_attention_component_scores_as_computed_states_do(index_factory):
     assert [p["consumers"] for p in index.manifest["document_pass"]["passes"]] == [["dense", "attention"]]
     stored_pipeline = weir.pipeline("bm25>>attention", index)
     reranker = stored_pipeline.stages[-1]
-    assert reranker.stored_states is None, reranker.stored_states  # reads the component
+    assert reranker.states_computed_because is None, reranker.states_computed_because  # reads the component
     topics = [weir.Query(str(i), t) for i, t in enumerate(["computer retrieval of documents", "indexing by citation"])]
     stored = stored_pipeline.search(topics, k=10)
     reranker.model.stored = None  # the same reranker computing the states at query time
@@ -116,7 +116,8 @@ def test_a_sharded_reranker_reads_every_shards_states(index_factory, tmp_path):
     shards = ShardDocuments([str(tmp_path / "set" / f"shard-{i}-of-2") for i in range(2)])
     single = weir.Index(index_factory("adi", "bm25,dense,attention"))
     sharded_reranker, single_reranker = (registry.build_stage("attention", i) for i in (shards, single))
-    assert sharded_reranker.stored_states is None and single_reranker.stored_states is None  # both read states
+    assert sharded_reranker.states_computed_because is None  # reads the shards' states
+    assert single_reranker.states_computed_because is None
     assert len(shards.passage_states) == single.num_docs
     topics = [weir.Query("q", "computer retrieval of documents")]
     candidates = weir.pipeline("bm25", single).search(topics, k=30)

@@ -8,6 +8,7 @@ offline default all resolve the same way and a model that cannot load is one cle
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 from collections.abc import Iterator
@@ -47,17 +48,24 @@ def load_pretrained(name_or_path: str | None, **model_kwargs):
 
 
 def model_fingerprint(path: str) -> str | None:
-    """sha256 over the weight files of a local model directory (recorded in manifests); None for a hub name."""
+    """sha256 over the weight files of a local model directory (recorded in manifests); None for a hub name. Hashed
+    once per process for the same files (name, size, modification time): a build describes its models per block, and
+    a reranker checks its backbone against an index's when it opens."""
     p = Path(path)
     if not p.is_dir():
         return None
     files = sorted(f for f in p.iterdir() if f.suffix in (".safetensors", ".bin") and f.is_file())
     if not files:
         return None
+    return _weights_digest(tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+
+
+@functools.lru_cache(maxsize=64)
+def _weights_digest(files: tuple[tuple[str, int, int], ...]) -> str:
     digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.name.encode() + b"\0")
-        with open(f, "rb") as fh:
+    for name, _, _ in files:
+        digest.update(Path(name).name.encode() + b"\0")
+        with open(name, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 22), b""):
                 digest.update(chunk)
     return digest.hexdigest()

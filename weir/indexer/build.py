@@ -30,7 +30,7 @@ def _count_lines(path: Path) -> int:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 24), b""))
 
 
-def _progress(corpus: Corpus, desc: str) -> Iterator[Document]:
+def progress(corpus: Corpus, desc: str) -> Iterator[Document]:
     bar = tqdm(corpus, total=_count_lines(corpus.path), desc=desc, unit="doc", dynamic_ncols=True, mininterval=1.0)
     try:
         yield from bar
@@ -100,7 +100,7 @@ def _counted(documents: Iterator[Document], counts: list[int]) -> Iterator[Docum
     counts.append(given)
 
 
-def _prune(corpus: Corpus, spec, tmp: Path, device: str | None, ray=None, out: Path | None = None
+def prune_corpus(corpus: Corpus, spec, tmp: Path, device: str | None, ray=None, out: Path | None = None
            ) -> tuple[dict, set[str]]:
     """Score every document (or read the scores cached for this corpus and estimator), choose the pruned ones, write
     ``quality/``; return the manifest's ``pruning`` entry and the ids to keep. With ``ray`` (an
@@ -118,7 +118,7 @@ def _prune(corpus: Corpus, spec, tmp: Path, device: str | None, ray=None, out: P
         docids, scores, record = score_quality(corpus, estimator, spec, out, ray, device)
         distributed = record["distributed"]
     else:
-        docs = list(_progress(corpus, "quality: reading"))
+        docs = list(progress(corpus, "quality: reading"))
         scores, record = scores_for(estimator, docs, corpus.stats.sha256)
         docids = [d.id for d in docs]
         del docs
@@ -150,7 +150,7 @@ AFTER = {"bm25": (("postings", _postings), ("documents", _documents_store)), "de
          "deepimpact": (("postings", _postings),)}
 
 
-def _check_components(components) -> None:
+def check_components(components) -> None:
     unknown = [c for c in components if c not in COMPONENTS]
     if unknown:
         raise InputError(f"unknown index component(s) {', '.join(unknown)}; known: {', '.join(COMPONENTS)}")
@@ -185,10 +185,9 @@ def build_index(
     weighting, dense encoding) then run on Ray workers into resumable block files, and the components are built from
     them (:mod:`weir.indexer.distributed`); with ``shard``, only the shard's documents go to the workers.
     ``collection_pass``: a :class:`weir.indexer.shard_set.CollectionPass`, what a shard set computed once over the
-    whole collection, from
-    which this shard takes its documents' learned weights (and dense vectors, from Ray workers); see
-    :func:`weir.indexer.shard_set.build_shard_set`."""
-    _check_components(components)
+    whole collection, from which this shard takes its documents' learned weights (and dense vectors, from Ray
+    workers); see :func:`weir.indexer.shard_set.build_shard_set`."""
+    check_components(components)
     if collection_pass is not None and (shard is None or ray is not None):
         raise InputError("a collection pass is for the shards of a shard set (given their shard, without ray)")
     coll, out, total = Collection.open(collection), Path(out), Timer()
@@ -201,7 +200,7 @@ def build_index(
         keep, steps = None, []
         if prune is not None:
             with Step("quality", steps):
-                manifest["pruning"], keep = _prune(corpus, prune, tmp, device, ray, out)
+                manifest["pruning"], keep = prune_corpus(corpus, prune, tmp, device, ray, out)
         _document_pass(corpus, inputs, keep, shard, tmp, out, ray, device, manifest, steps)
         stats, in_shard = _build_components(corpus, inputs, keep, shard, tmp, manifest, steps)
         _record_counts(manifest, stats, keep, shard, inputs, in_shard)
@@ -245,7 +244,7 @@ def _new_manifest(coll: Collection) -> dict:
     }
 
 
-def _dense_config(dense, components) -> DenseConfig | None:
+def dense_config(dense, components) -> DenseConfig | None:
     """The dense component's settings from a :class:`DenseConfig`, a dict of its fields or None (the defaults); None
     when ``components`` have no dense component."""
     if "dense" not in components:
@@ -256,7 +255,7 @@ def _dense_config(dense, components) -> DenseConfig | None:
 def _inputs(coll: Collection, components, threads: int | None, dense, learned: dict | None,
             collection_pass) -> BuildInputs:
     """What this build gives its component builders (for a shard of a set, what the set's pass computed)."""
-    config = _dense_config(dense, components)
+    config = dense_config(dense, components)
     inputs = BuildInputs(components=tuple(components), threads=threads, dense=config, learned=learned or {},
                          corpus_sha256=sha256_file(coll.corpus_path) if config is not None and config.vectors_from
                          else None)
@@ -277,7 +276,7 @@ def _compute_on_ray(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, 
 
     todo = keep
     if shard is not None:  # the workers weigh and encode only this shard's documents
-        ids = {d.id for i, d in enumerate(_progress(corpus, "shard documents")) if shard.takes(i)}
+        ids = {d.id for i, d in enumerate(progress(corpus, "shard documents")) if shard.takes(i)}
         todo = ids if keep is None else ids & keep
     return compute_blocks(corpus, inputs, todo, out, ray, device=device, states_out=tmp)
 
@@ -285,7 +284,7 @@ def _compute_on_ray(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, 
 def _documents(corpus: Corpus, name: str, shard, keep: set[str] | None, in_shard: list[int]) -> Iterator[Document]:
     """Component ``name``'s pass over the corpus: the shard's documents (their number appended to ``in_shard`` once
     the pass ends), less the pruned ones."""
-    documents = _progress(corpus, f"{name} index")
+    documents = progress(corpus, f"{name} index")
     if shard is not None:
         documents = (d for i, d in enumerate(documents) if shard.takes(i))
     if keep is not None:

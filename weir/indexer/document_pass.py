@@ -31,11 +31,12 @@ from tqdm import tqdm
 
 from weir.core.types import Document, InputError
 from weir.indexer.inputs import BuildInputs, CollectionWeights, LearnedWeights, SharedDense
+from weir.indexer.passage_states import DIRECTORY
 
 BATCH = 256  # passages per block of the pass (a distributed build's workers run the same blocks)
 PASS_INPUTS = ("auto", "text", "words")  # --pass-input
 DEFAULT_INPUT = "auto"
-STATES = "attention"  # the component of the passage states
+STATES = DIRECTORY  # the component of the passage states
 
 
 @dataclass
@@ -94,9 +95,7 @@ def plan_passes(kinds: Sequence[str], learned: dict, *, encoder=None, states: bo
     from weir.indexer.weighting.backbone import MAX_LENGTH, Backbone
     from weir.indexer.weighting.model import TermWeighter
 
-    choice = learned.get("input") or DEFAULT_INPUT
-    if choice not in PASS_INPUTS:
-        raise InputError(f"unknown pass input {choice!r}; known: {', '.join(PASS_INPUTS)}")
+    choice = pass_input(learned, states)
     groups: list[dict] = []
     for kind in kinds:
         path = model_path(kind, learned)
@@ -121,9 +120,6 @@ def plan_passes(kinds: Sequence[str], learned: dict, *, encoder=None, states: bo
     if passes and encoder is not None and shares_backbone(encoder, passes[0].backbone):
         passes[0].encoder = encoder
     if states:
-        if choice == "words":
-            raise InputError("the attention component's passage states are read from the passages' text: build it "
-                             "with --pass-input auto or text")
         at = next((p for p in passes if p.backbone.input == "text" and p.backbone.max_length == MAX_LENGTH
                    and p.backbone.path == resolve_model(None)), None)
         if at is None:  # the heads read words: the states' own pass, over the first windows only
@@ -132,6 +128,18 @@ def plan_passes(kinds: Sequence[str], learned: dict, *, encoder=None, states: bo
             passes.append(at)
         at.states = True
     return [p for p in passes if p.models or p.encoder is not None or p.states]
+
+
+def pass_input(learned: dict, states: bool = False) -> str:
+    """The pass input a build asks for (``learned["input"]``, default :data:`DEFAULT_INPUT`), checked: one of
+    :data:`PASS_INPUTS`, and not ``words`` when the build has passage states (they read the text)."""
+    choice = learned.get("input") or DEFAULT_INPUT
+    if choice not in PASS_INPUTS:
+        raise InputError(f"unknown pass input {choice!r}; known: {', '.join(PASS_INPUTS)}")
+    if states and choice == "words":
+        raise InputError("the attention component's passage states are read from the passages' text: build it "
+                         "with --pass-input auto or text")
+    return choice
 
 
 def passes_for_build(inputs: BuildInputs) -> list[DocumentPass]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from weir.core.types import Document, InputError
-from weir.indexer.build import _check_components, _dense_config, _progress, _prune, build_index
+from weir.indexer.build import check_components, dense_config, progress, prune_corpus, build_index
 from weir.indexer.collections import Collection
 from weir.indexer.index_dir import staged_directory
 from weir.indexer.inputs import BuildInputs, CollectionWeights
@@ -56,7 +56,7 @@ def build_shard_set(collection: str | os.PathLike, out: str | os.PathLike, count
 
     if count < 1:
         raise InputError(f"a shard set has at least one shard (got --shard-set {count})")
-    _check_components(components)
+    check_components(components)
     out = Path(out)
     coll = Collection.open(collection)
     common = {"components": tuple(components), "skip_empty": skip_empty, "threads": threads, "dense": dense,
@@ -89,18 +89,18 @@ def _collection_pass(coll: Collection, tmp: Path, out: Path, ray, *, components:
     if prune is not None:  # the documents every shard keeps (each shard records its pruning again)
         scratch = tmp / ".pruning"
         scratch.mkdir()
-        _, keep = _prune(corpus, prune, scratch, device, ray, out)
+        _, keep = prune_corpus(corpus, prune, scratch, device, ray, out)
         shutil.rmtree(scratch)
     if ray is None:
-        documents = (d for d in _progress(corpus, "shard set: the collection's learned weights")
+        documents = (d for d in progress(corpus, "shard set: the collection's learned weights")
                      if keep is None or d.id in keep)
         return CollectionPass(collection_weights(documents, learned or {}, components,
-                                                 dense=_dense_config(dense, components)))
+                                                 dense=dense_config(dense, components)))
     from weir.indexer.distributed import compute_blocks
 
     # the passage states depend on the passage alone: each shard's build computes its own (an in-process pass)
     inputs = BuildInputs(components=tuple(c for c in components if c != "attention"), threads=threads,
-                         dense=_dense_config(dense, components), learned=learned or {})
+                         dense=dense_config(dense, components), learned=learned or {})
     record = compute_blocks(corpus, inputs, keep, out, ray, device=device)
     vectors = inputs.dense_vectors
     return CollectionPass(CollectionWeights.of(inputs.learned_memo) if learned_kinds(components) else None,

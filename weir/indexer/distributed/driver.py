@@ -152,9 +152,8 @@ def compute_blocks(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, o
     run), then hand their results to the builders through ``inputs`` (:attr:`BuildInputs.learned_memo`,
     :attr:`BuildInputs.dense_vectors`; the ``attention`` component's states written under ``states_out``); return
     the manifest's ``distributed`` entry."""
-    from weir.indexer.document_pass import STATES
+    from weir.indexer.document_pass import STATES, pass_input
     from weir.indexer.weighting.build import learned_kinds, model_path
-    from weir.indexer.document_pass import DEFAULT_INPUT
 
     ray_options.check()
     started = time.perf_counter()
@@ -162,10 +161,7 @@ def compute_blocks(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, o
     if dense is not None and dense.vectors_from:
         raise InputError("--dense-vectors-from and --ray do not go together: reuse vectors in a single-process build")
     states = STATES in inputs.components
-    pass_input = learned.get("input") or DEFAULT_INPUT
-    if states and pass_input == "words":
-        raise InputError("the attention component's passage states are read from the passages' text: build it "
-                         "with --pass-input auto or text")
+    choice = pass_input(learned, states)
     if not kinds and dense is None and not states:  # bm25 alone: Lucene's multi-threaded indexer is the whole build
         return _nothing_ran(ray_options, "no per-document step (term weighting, dense encoding) asked for")
     size = block_size(ray_options.block_size, dense, bool(kinds) or states)
@@ -174,10 +170,10 @@ def compute_blocks(corpus: Corpus, inputs: BuildInputs, keep: set[str] | None, o
     needs_statistics = any(_needs_statistics(read_card(kind, learned)) for kind in kinds)
     blocks, _ = plan_blocks(corpus, size, keep, statistics=False)  # the workers count the statistics
     done = open_work(work, ENCODING, encoding_plan(corpus, size, blocks, keep, fingerprints, dense,
-                                                   {"input": pass_input, "states": states}))
+                                                   {"input": choice, "states": states}))
     worker = {"kinds": kinds, "dense": dense, "device": device or learned.get("device"),
               "learned": {**{k: str(model_path(k, learned)) for k in kinds}, "batch_size": learned.get("batch_size"),
-                          "input": pass_input, "backend": learned.get("backend")}, "states": states}
+                          "input": choice, "backend": learned.get("backend")}, "states": states}
     ran = _run_phase(corpus, work, ENCODING, blocks, done, ray_options, worker, keep=keep,
                      statistics=needs_statistics)
     _hand_over(work, blocks, kinds, inputs)

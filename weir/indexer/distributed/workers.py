@@ -9,7 +9,6 @@ documents from the corpus file (which every node must see at the same path) and 
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time

@@ -106,20 +106,7 @@ class Backbone:
         """Per text: (unique terms, float32 (n_terms, dim) first-occurrence vectors), rounded to float16 precision as
         the term vector cache stores them, so that weights are the same whether the vectors come from the cache or
         not."""
-        return self.term_vectors_and_pooled(texts, batch_size)[0]
-
-    def term_vectors_and_pooled(self, texts: Sequence[str], batch_size: int = 32, pool=None
-                                ) -> tuple[list[tuple[list[str], np.ndarray]], list[tuple[list[int], np.ndarray]]]:
-        """:meth:`term_vectors`, and per text, with ``pool`` (hidden (B, L, dim), mask (B, L) -> (B, dim)), the word
-        pieces of its first window (special tokens included) and that window pooled: the dense vector of the one
-        backbone pass (:mod:`weir.indexer.document_pass`); ``([], None)`` for a text without terms."""
-        passed = self.run(texts, batch_size, pool=pool)
-        return [(p.terms, p.vectors) for p in passed], [(p.window, p.pooled) for p in passed]
-
-    def first_window_states(self, texts: Sequence[str], batch_size: int = 32) -> list[np.ndarray]:
-        """Per text, the L2-normalized last hidden states of its first window (special tokens included; (0, dim) for a
-        text without terms): what the late-interaction attention reranker reads of a passage."""
-        return [p.states for p in self.run(texts, batch_size, terms=False, states=True)]
+        return [(p.terms, p.vectors) for p in self.run(texts, batch_size)]
 
     def _chunks(self, texts: Sequence[str], parsed: list, terms: bool, states: bool) -> list:
         """The windows to run: (text index, ids with the special tokens, [(position, term row)], first window)."""

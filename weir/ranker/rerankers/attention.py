@@ -182,8 +182,9 @@ class AttentionReranker(Reranker):
         self.batch_size = batch_size or (256 if self.model.device.startswith("cuda") else 32)
         self.model_card = self.model.card
         self._na = LruCache(na_cache_size)
-        # late interaction: the passages' states from the index's attention component where it has them
-        self.stored_states = None if not self.model.late else self.model.use_stored_states(index)
+        # late interaction: the passages' states from the index's attention component where it has them (None), else
+        # computed at query time, for the reason given
+        self.states_computed_because = None if not self.model.late else self.model.use_stored_states(index)
 
     def clear_caches(self) -> None:
         """Forget the content-free calibration passes and (late interaction) the passage states computed so far: the
@@ -194,8 +195,8 @@ class AttentionReranker(Reranker):
 
     def describe(self) -> dict:
         stored = {} if not self.model.late else {
-            "passage_states": "stored (the index's attention component)" if self.stored_states is None
-            else f"computed at query time ({self.stored_states})"}
+            "passage_states": "stored (the index's attention component)" if self.states_computed_because is None
+            else f"computed at query time ({self.states_computed_because})"}
         return {**super().describe(), "model_path": str(self.model_path), "heads": self.model.heads,
                 "calibrate": self.model.calibrate, "idf": self.model.idf, "backend": self.model.backend, **stored}
 
