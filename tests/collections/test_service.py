@@ -87,6 +87,22 @@ def test_concurrent_callers_of_two_pipelines_sharing_a_reranker_get_sequential_a
 
 
 @pytest.fixture(scope="module")
+def stored_states_server(index_factory):
+    config = ServiceConfig.load(index=str(index_factory("adi", "bm25,dense,attention")), port=0,
+                                verify_checksums=False, pipelines=["bm25", "bm25>>attention"])
+    with BackgroundServer(config) as s:
+        yield s
+
+
+def test_concurrent_callers_of_attention_over_stored_states_get_sequential_answers(stored_states_server):
+    """``bm25>>attention`` over an index with the attention component: the reranker reads the passages' states from
+    the memory-mapped component, and under 8 callers (micro-batched) every answer is the sequential one."""
+    reranker = stored_states_server.server.service.cache.get("bm25>>attention").stages[-1]
+    assert reranker.states_computed_because is None  # the index's states, not computed per query
+    _concurrent_answers_are_sequential_answers(stored_states_server, "bm25>>attention", 10, 10, False)
+
+
+@pytest.fixture(scope="module")
 def learned_server(index_factory):
     config = ServiceConfig.load(index=str(index_factory("adi", "bm25,deepct,deepimpact")), port=0,
                                 verify_checksums=False)
