@@ -9,6 +9,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Generated-input tests (hypothesis): a developer's run explores new examples (that is how they find defects); CI
+# (.ci/run sets HYPOTHESIS_PROFILE=ci) replays the same derandomized ones, so that a landing is decided by the change
+# and not by the draw. A failure prints the @reproduce_failure blob either way.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTIONS = Path(os.environ.get("WEIR_COLLECTIONS", ROOT.parent / "shared" / "collections"))

@@ -5,7 +5,7 @@ k, depth, pipeline and option values answers (exit 0) or refuses in one ``weir: 
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from weir.cli import main
@@ -20,6 +20,7 @@ PIPELINE = st.one_of(st.sampled_from(["bm25", "dense", "hybrid", "bm25>>ltr", "b
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=WORDS, k=NUMBER, depth=NUMBER, pipeline=PIPELINE, option=st.sampled_from(["--k1", "--b", "--rrf-k", "--nprobe"]),
        value=NUMBER)
+@example(query="0", k="0", depth="1", pipeline="dense", option="--k1", value="0")  # was faiss's AssertionError (k=0)
 def test_generated_search_commands_answer_or_refuse_in_one_line(tiny_index, capsys, query, k, depth, pipeline, option,
                                                                value):
     argv = ["search", "--index", str(tiny_index.path), "-k", k, "--depth", depth, "--pipeline", pipeline, option,

@@ -233,13 +233,17 @@ class Index:
     def components(self) -> list[str]:
         return list(self.manifest["components"])
 
-    def component_path(self, name: str) -> Path:
+    def component(self, name: str) -> dict:
+        """The manifest's entry of component ``name``; an index without it is refused with the components it has."""
         if name not in self.manifest["components"]:
             raise InputError(
                 f"{self.path}: this index has no {name!r} component (it has: {', '.join(self.components)}); "
                 f"rebuild it with `weir index build --with {name}`"
             )
-        return self.path / self.manifest["components"][name]["path"]
+        return self.manifest["components"][name]
+
+    def component_path(self, name: str) -> Path:
+        return self.path / self.component(name)["path"]
 
     def postings(self, component: str):
         """The postings of a Lucene component (:class:`weir.indexer.postings.Postings`), loaded once per opened index and

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from weir.core.hits import Ranked
-from weir.core.types import Query, Run, replace_hit
+from weir.core.types import InputError, Query, Run, replace_hit
 
 
 class Stage(ABC):
@@ -95,6 +95,8 @@ class Pipeline(Stage):
         ``keep``, when given, is asked before each stage which of the queries still want an answer (a service drops
         those whose caller has gone or whose deadline passed); the others' work stops there, and a run without them
         comes back (an empty one when none is left)."""
+        if k < 1:
+            raise InputError(f"k, the hits per query, must be at least 1 (got {k})")
         timings: dict[str, float] = {}
         for i, stage in enumerate(self.stages):
             if keep is not None:

@@ -109,7 +109,8 @@ class BM25Scores(TermScores):
                                              statistics.doc_freqs)
         avgdl = np.float32(sum_ttf / float(doc_count))
         lengths = LENGTH_TABLE.astype(np.float32)
-        self.cache = (ONE / (self.k1 * ((ONE - self.b) + self.b * lengths / avgdl))).astype(np.float32)
+        with np.errstate(divide="ignore"):  # k1 = 0: an infinite cache, a posting scores its idf (as in Lucene)
+            self.cache = (ONE / (self.k1 * ((ONE - self.b) + self.b * lengths / avgdl))).astype(np.float32)
         self.idf = bm25.idf(float(doc_count), doc_freqs.astype(np.float64)).astype(np.float32)
 
     @cached_property

@@ -40,7 +40,7 @@ class _TermRetriever(SparseRetriever):
 
     def __init__(self, index: Index, scores: type[TermScores], *, name: str | None = None, **parameters):
         self.engine = InvertedIndex.shared(index.postings(self.component), scores, **parameters)
-        info = index.manifest["components"][self.component]
+        info = index.component(self.component)
         self.model_card = info.get("model")
         self.parameters = info.get("parameters", {})
         self.name = name or self.component
@@ -62,7 +62,7 @@ class DeepCTRetriever(_TermRetriever):
                  statistics: CollectionStatistics | None = None):
         """``statistics``: the collection statistics to score with instead of the index's own (a shard scoring as
         the whole shard set, :func:`weir.indexer.shards.global_statistics` of the ``deepct`` component)."""
-        search = index.manifest["components"][self.component].get("parameters", {}).get("search") or {}
+        search = index.component(self.component).get("parameters", {}).get("search") or {}
         k1 = float(search.get("k1", 10.0)) if k1 is None else k1
         b = float(search.get("b", 0.9)) if b is None else b
         super().__init__(index, BM25Scores, k1=k1, b=b, statistics=statistics)
