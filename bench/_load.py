@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import re
 import shlex
+import socket
 import statistics
 import subprocess
 import sys
@@ -29,11 +30,24 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+REFUSALS = ("overload", "deadline", "budget", "shed")  # RESOURCE_EXHAUSTED, by the server's reason
+ADMITTED = ("ok", "shed", "expired", "failed")  # what can become of a call admission let in
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Served:
-    """A `weir serve` process on loopback; its port is read from its first line of output."""
+    """A `weir serve` process on loopback; its port is read from its first line of output. Its Prometheus metrics
+    are served too (:meth:`decisions`: the server's own time from a call's arrival to its answer or refusal)."""
 
     def __init__(self, index: str, extra: str = "", weir: str = WEIR):
-        cmd = [*shlex.split(weir), "serve", "--index", index, "--port", "0", *shlex.split(extra)]
+        self.metrics_port = _free_port()
+        cmd = [*shlex.split(weir), "serve", "--index", index, "--port", "0", "--metrics-port",
+               str(self.metrics_port), *shlex.split(extra)]
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
         line = self.process.stdout.readline()
         match = re.search(r"127\.0\.0\.1:(\d+)$", line.strip())
@@ -56,6 +70,67 @@ class Served:
     def close(self) -> None:
         self._stop.set()
         stop(self.process, 30)
+
+    def decisions(self, pipeline: str | None = None) -> dict[str, dict]:
+        """The server's ``weir_call_seconds`` histogram of Search calls (of ``pipeline``, else summed), by outcome:
+        {outcome: {"count": n, "buckets": [(upper bound s, cumulative n), ...]}} (empty: a server without it)."""
+        from urllib.request import urlopen
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
+        out: dict[str, dict] = {}
+        for family in text_string_to_metric_families(text):
+            if family.name != "weir_call_seconds":
+                continue
+            for sample in family.samples:
+                if sample.labels.get("method") != "Search" or pipeline and sample.labels["pipeline"] != pipeline:
+                    continue
+                entry = out.setdefault(sample.labels["outcome"], {"count": 0.0, "buckets": {}})
+                if sample.name.endswith("_count"):
+                    entry["count"] += sample.value
+                elif sample.name.endswith("_bucket"):
+                    le = float(sample.labels["le"])
+                    entry["buckets"][le] = entry["buckets"].get(le, 0.0) + sample.value
+        return {o: {"count": e["count"], "buckets": sorted(e["buckets"].items())} for o, e in out.items()}
+
+
+def server_side(before: dict, after: dict) -> dict:
+    """What the server measured between two :meth:`Served.decisions`: p99 (ms, interpolated within its bucket as
+    Prometheus's histogram_quantile does) of its refusals from arrival, the share of them within 10 ms, and calls
+    admitted then expired over all admitted."""
+    def delta(outcomes) -> tuple[float, list[tuple[float, float]]]:
+        count, buckets = 0.0, {}
+        for o in outcomes:
+            a, b = after.get(o), before.get(o, {"count": 0.0, "buckets": []})
+            if a is None:
+                continue
+            count += a["count"] - b["count"]
+            old = dict(b["buckets"])
+            for le, n in a["buckets"]:
+                buckets[le] = buckets.get(le, 0.0) + n - old.get(le, 0.0)
+        return count, sorted(buckets.items())
+
+    refused, buckets = delta(REFUSALS)
+    admitted, _ = delta(ADMITTED)
+    expired, _ = delta(("expired",))
+    within = next((n for le, n in buckets if le == 0.01), float("nan"))
+    return {"refused": refused, "refused_p99_server": _quantile(0.99, refused, buckets) * 1000,
+            "refused_within_10ms": within / refused if refused else float("nan"),
+            "admitted": admitted, "expired": expired}
+
+
+def _quantile(q: float, count: float, buckets: list[tuple[float, float]]) -> float:
+    if not count:
+        return float("nan")
+    rank, lower, below = q * count, 0.0, 0.0
+    for le, n in buckets:
+        if n >= rank:
+            if le == float("inf"):
+                return lower
+            return lower + (le - lower) * ((rank - below) / (n - below) if n > below else 1.0)
+        lower, below = le, n
+    return lower
 
 
 def _client(port, topics, pipeline, k, depth, threads, offset, stride, start_at, until, timeout, out,

@@ -56,7 +56,7 @@ import threading
 import time
 
 from _common import COLLECTIONS
-from _load import WEIR, Served, drive, offered, rss_mib
+from _load import WEIR, Served, drive, offered, rss_mib, server_side
 
 
 def flooded(args, port: int, topics: list[str], measure):
@@ -74,12 +74,29 @@ def flooded(args, port: int, topics: list[str], measure):
     return result
 
 
+def with_server_side(server: Served, pipeline: str, measure) -> dict:
+    """``measure()``'s figures, with what the server measured of ``pipeline``'s calls meanwhile
+    (:func:`_load.server_side`)."""
+    from weir.service.validation import canonical
+
+    spec = canonical(pipeline)
+    before = server.decisions(spec)
+    r = measure()
+    return {**r, **server_side(before, server.decisions(spec))}
+
+
+HEADER = ("| pipeline | callers | {}calls | OK/s | p50 ms | p95 ms | p99 ms | refused p99 ms (caller) | refused p99 ms "
+          "(server; share <= 10 ms) | expired / admitted | codes |")
+
+
 def _row(pipeline, c, r, extra="") -> str:
     codes = ", ".join(f"{k} {v}" for k, v in sorted(r["codes"].items()))
     if r["late"]:
         codes += f" ({r['late']} OK after the deadline)"
+    server = (f"{r['refused_p99_server']:.1f} ({r['refused_within_10ms']:.1%})" if r.get("refused") else "-")
+    expired = f"{r['expired']:.0f} / {r['admitted']:.0f}" if "admitted" in r else "-"
     return (f"| {pipeline} | {c} | {extra}{r['calls']} | {r['qps']:.1f} | {r['p50']:.1f} | {r['p95']:.1f} | "
-            f"{r['p99']:.1f} | {r['refused_p99']:.1f} | {codes} |")
+            f"{r['p99']:.1f} | {r['refused_p99']:.1f} | {server} | {expired} | {codes} |")
 
 
 def main() -> None:
@@ -215,16 +232,16 @@ def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
           f"{args.seconds:.0f} s per cell, deadline {args.timeout:.0f} s, {os.cpu_count()} cores shared by server "
           f"and clients\n")
     if args.compare:
-        print("| pipeline | callers | server | calls | OK/s | p50 ms | p95 ms | p99 ms | refused p99 ms | codes |")
-        print("|---|---:|---|---:|---:|---:|---:|---:|---:|---|")
+        print(HEADER.format("server | "))
+        print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for p in pipelines:
             for c in concurrency:
                 qps = {0: [], 1: []}
                 for _ in range(args.rounds):
                     for i, s in enumerate(servers):
-                        r = flooded(args, s.port, topics, lambda: drive(
+                        r = flooded(args, s.port, topics, lambda: with_server_side(s, p, lambda: drive(
                             s.port, topics, p, c, args.seconds, k=args.k, depth=args.depth, timeout=args.timeout,
-                            include_text=args.include_text))
+                            include_text=args.include_text)))
                         qps[i].append(r["qps"])
                         print(_row(p, c, r, f"`{s.extra}` | "), flush=True)
                 ratios = [b / a for a, b in zip(qps[0], qps[1]) if a > 0]
@@ -240,13 +257,13 @@ def _run(args, servers: list[Served], topics, pipelines, concurrency) -> None:
         s.warm = rss_mib(s.process.pid)
         print(f"RSS after {args.warmup:.0f} s of load per pipeline at {max(concurrency)} callers: {s.warm:.0f} MiB\n")
     s.rss.clear()
-    print("| pipeline | callers | calls | OK/s | p50 ms | p95 ms | p99 ms | refused p99 ms | codes |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print(HEADER.format(""))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for p in pipelines:
         for c in concurrency:
-            r = flooded(args, s.port, topics, lambda: drive(s.port, topics, p, c, args.seconds, k=args.k,
-                                                             depth=args.depth, timeout=args.timeout,
-                                                             include_text=args.include_text))
+            r = flooded(args, s.port, topics, lambda: with_server_side(s, p, lambda: drive(
+                s.port, topics, p, c, args.seconds, k=args.k, depth=args.depth, timeout=args.timeout,
+                include_text=args.include_text)))
             print(_row(p, c, r), flush=True)
     end = rss_mib(s.process.pid)
     peak = max((m for _, m in s.rss), default=end)

@@ -87,6 +87,18 @@ def test_a_call_that_cannot_meet_its_deadline_is_refused_before_any_stage_runs(s
         assert _rejected(s, "deadline") == 1
         assert c.search("coffee", k=2, timeout=5).hits  # a deadline it can meet: answered
         assert s.server.metrics.registry.get_sample_value("weir_queue_seconds_count", {"pipeline": "bm25"}) >= 2
+        with pytest.raises(grpc.RpcError):
+            c.search("coffee", k=2, pipeline="no such thing")
+        # each call's time from arrival to its answer or refusal, by pipeline and outcome; the refusal within 100 ms
+        assert _decided(s, "bm25", "ok") == 2 and _decided(s, "bm25", "deadline") == 1
+        assert _decided(s, "-", "invalid") == 1  # the caller's own pipeline text is never a label
+        refusal = {"method": "Search", "pipeline": "bm25", "outcome": "deadline"}
+        assert s.server.metrics.registry.get_sample_value("weir_call_seconds_bucket", {**refusal, "le": "0.1"}) == 1
+
+
+def _decided(server, pipeline: str, outcome: str) -> float:
+    return server.server.metrics.registry.get_sample_value(
+        "weir_call_seconds_count", {"method": "Search", "pipeline": pipeline, "outcome": outcome}) or 0.0
 
 
 def test_a_call_without_a_deadline_is_refused_when_it_would_wait_beyond_the_default_budget(small_index):

@@ -76,7 +76,8 @@ class Admission:
         if self.admitted >= limit:
             self.metrics.rejected.labels("overload").inc()
             raise Failure(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"the server has {self.admitted} requests in flight or queued (limit {limit}); retry later")
+                          f"the server has {self.admitted} requests in flight or queued (limit {limit}); retry later",
+                          reason="overload")
         self.check_time(key, len(texts), remaining)
         deadline = time.monotonic() + remaining if remaining is not None else None
         items = [Item(t, include_text, deadline) for t in texts]
@@ -90,7 +91,7 @@ class Admission:
                 item.abandoned.set()
             self.metrics.rejected.labels("shed").inc()
             raise Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, f"taken off the queue unrun: {shed}; retry later",
-                          pushback_ms=max(1, round(shed.expected * 1000))) from None
+                          pushback_ms=max(1, round(shed.expected * 1000)), reason="shed") from None
         except (asyncio.TimeoutError, Abandoned):
             for item in items:
                 item.abandoned.set()
@@ -140,11 +141,12 @@ class Admission:
                 budget, what = earliest - time.monotonic(), "the deadline of a query waiting for the same batch"
         if needed <= budget:
             return
-        self.metrics.rejected.labels("deadline" if remaining is not None else "budget").inc()
+        reason = "deadline" if remaining is not None else "budget"
+        self.metrics.rejected.labels(reason).inc()
         raise Failure(grpc.StatusCode.RESOURCE_EXHAUSTED,
                       f"the server would answer in about {needed * 1000:.0f} ms ({wait * 1000:.0f} ms waiting for "
                       f"work ahead of it), after {what} ({budget * 1000:.0f} ms); retry later",
-                      pushback_ms=max(1, round(wait * 1000)))
+                      pushback_ms=max(1, round(wait * 1000)), reason=reason)
 
     def close(self) -> None:
         """Admit no more calls (a drain has begun)."""

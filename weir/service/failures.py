@@ -12,13 +12,23 @@ import grpc
 from weir.core.runtime import PACKAGE
 
 
+# why a call was not answered OK, for the metrics, when its status code alone does not say (RESOURCE_EXHAUSTED has four)
+REASONS = {grpc.StatusCode.INVALID_ARGUMENT: "invalid", grpc.StatusCode.UNAVAILABLE: "unavailable",
+           grpc.StatusCode.DEADLINE_EXCEEDED: "expired", grpc.StatusCode.FAILED_PRECONDITION: "precondition",
+           grpc.StatusCode.RESOURCE_EXHAUSTED: "overload", grpc.StatusCode.CANCELLED: "cancelled",
+           grpc.StatusCode.UNAUTHENTICATED: "unauthenticated", grpc.StatusCode.INTERNAL: "failed"}
+
+
 class Failure(Exception):
     """An answer with a status code other than OK; ``pushback_ms``: when to retry, sent to the caller as gRPC's
-    ``grpc-retry-pushback-ms`` trailing metadata (a server's pushback, gRFC A6)."""
+    ``grpc-retry-pushback-ms`` trailing metadata (a server's pushback, gRFC A6); ``reason``: why, in a word, for
+    the metrics (default: the code's, :data:`REASONS`)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, *, pushback_ms: int | None = None):
+    def __init__(self, code: grpc.StatusCode, message: str, *, pushback_ms: int | None = None,
+                 reason: str | None = None):
         super().__init__(message)
         self.code, self.message, self.pushback_ms = code, message, pushback_ms
+        self.reason = reason or REASONS.get(code, code.name.lower())
 
     def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
         return () if self.pushback_ms is None else (("grpc-retry-pushback-ms", str(int(self.pushback_ms))),)

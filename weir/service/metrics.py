@@ -13,6 +13,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 SERVICE = "weir.v1.SearchService"
 LATENCY_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
+# a refusal should take a millisecond or two; the buckets tell 10 ms (the promise) from 5 and 20
+DECISION_BUCKETS = (.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2.5, 5, 10, 30)
+OUTCOMES = ("ok: answered; refusals: overload (in-flight and queue limit), deadline (could not be answered in time), "
+            "budget (no deadline, a longer wait than the default budget), shed (taken off the queue unrun), "
+            "expired (admitted, then its deadline passed), invalid, unavailable (draining, a shard down), "
+            "precondition (a model or component missing), cancelled, failed (inside the server)")
 access_log = logging.getLogger("weir.access")
 
 
@@ -42,6 +48,9 @@ class Metrics:
                                 ("reason",), registry=r)
         self.queue_delay = Histogram("weir_queue_seconds", "How long a query waited for its batch to start.",
                                      ("pipeline",), buckets=LATENCY_BUCKETS, registry=r)
+        self.decision = Histogram("weir_call_seconds", "From a call's arrival at its handler to its answer or "
+                                  "refusal, by method, pipeline (\"-\": none served named) and outcome. " + OUTCOMES,
+                                  ("method", "pipeline", "outcome"), buckets=DECISION_BUCKETS, registry=r)
         self.expected_wait = Gauge("weir_expected_wait_seconds", "The wait admission expected for the last call "
                                    "it estimated: the work ahead, shared by the workers.", registry=r)
 
@@ -55,6 +64,10 @@ class Metrics:
         self.handling.labels("unary", SERVICE, method).observe(seconds)
         access_log.info(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "method": method, "code": code,
                                     "ms": round(seconds * 1000, 3), **fields}, ensure_ascii=False))
+
+    def decided(self, method: str, pipeline: str, outcome: str, seconds: float) -> None:
+        """Record how long one call took from its arrival to its answer (``ok``) or refusal (its reason)."""
+        self.decision.labels(method, pipeline, outcome).observe(seconds)
 
     def batch(self, pipeline: str, size: int, timings: dict[str, float]) -> None:
         """Record one pipeline batch."""

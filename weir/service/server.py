@@ -49,6 +49,7 @@ from weir.service.stubs import search_pb2, search_pb2_grpc
 from weir.service.validation import canonical, check_batch, check_query, check_request, served_pipelines
 
 log = logging.getLogger("weir.service")
+_canonical = functools.lru_cache(maxsize=256)(canonical)  # a label per call: the same few names, parsed once
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 
 
@@ -164,25 +165,42 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             raise Failure(grpc.StatusCode.FAILED_PRECONDITION, public(str(e), self.directories)) from None
         return spec, results
 
-    async def _call(self, method: str, context, work):
-        """Run ``work()``; map every failure to a status code and a message; record metrics and the access log."""
+    def _pipeline_of(self, request) -> str:
+        """The served pipeline a request asks for (the default when it names none), as the metrics label it: "-" for
+        one that is not served or not valid, and for requests that name none (Info, bytes that are no request), so
+        that callers' own text never makes a label."""
+        if isinstance(request, Malformed) or not hasattr(request, "pipeline"):
+            return "-"
+        try:
+            spec = _canonical(request.pipeline.strip()[:self.limits.max_pipeline_chars] or
+                              self.config.default_pipeline)
+        except InputError:
+            return "-"
+        return spec if spec in self.allowed else "-"
+
+    async def _call(self, method: str, request, context, work):
+        """Run ``work()``; map every failure to a status code and a message; record metrics (the time from the
+        call's arrival at its handler to its answer or refusal, by pipeline and outcome) and the access log."""
         start = time.perf_counter()
         self.metrics.started.labels("unary", SERVICE_NAME, method).inc()
-        code, message, fields, trailing = grpc.StatusCode.OK, "", {}, ()
+        code, message, fields, trailing, outcome = grpc.StatusCode.OK, "", {}, (), "ok"
         try:
             response, fields = await work()
             return response
         except Failure as f:
-            code, message, trailing = f.code, f.message, f.trailing_metadata()
+            code, message, trailing, outcome = f.code, f.message, f.trailing_metadata(), f.reason
         except asyncio.CancelledError:
-            code, message = grpc.StatusCode.CANCELLED, "cancelled by the client"
+            code, message, outcome = grpc.StatusCode.CANCELLED, "cancelled by the client", "cancelled"
             raise
         except Exception:
             log.exception("%s failed", method)
-            code, message = grpc.StatusCode.INTERNAL, f"{method} failed inside the server; see its log"
+            code, message, outcome = (grpc.StatusCode.INTERNAL, f"{method} failed inside the server; see its log",
+                                      "failed")
         finally:
-            self.metrics.call(method, code.name, time.perf_counter() - start, peer=context.peer(), **fields,
-                              **({"error": message} if message else {}))
+            seconds = time.perf_counter() - start
+            self.metrics.decided(method, fields.get("pipeline") or self._pipeline_of(request), outcome, seconds)
+            self.metrics.call(method, code.name, seconds, peer=context.peer(), **fields,
+                              **({"error": message, "reason": outcome} if message else {}))
         await context.abort(code, message, trailing_metadata=trailing)
 
     async def Search(self, request, context):
@@ -191,7 +209,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             answer = results[0]
             return answer.response, {"pipeline": spec, "hits": len(answer.hits), "batch": answer.batch}
 
-        return await self._call("Search", context, request.refuse if isinstance(request, Malformed) else work)
+        return await self._call("Search", request, context, request.refuse if isinstance(request, Malformed) else work)
 
     async def BatchSearch(self, request, context):
         async def work():
@@ -200,7 +218,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             spec, results = await self._answer(request, list(request.queries), context)
             return batch_response(spec, results), {"pipeline": spec, "queries": n}
 
-        return await self._call("BatchSearch", context, request.refuse if isinstance(request, Malformed) else work)
+        return await self._call("BatchSearch", request, context, request.refuse if isinstance(request, Malformed) else work)
 
     def _documents(self) -> int:
         """The number of documents served (what Info reports)."""
@@ -224,7 +242,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                                                                                               self.options))
                         for p in self.allowed if len(registry.parse(p)) > 1]), {}
 
-        return await self._call("Info", context, request.refuse if isinstance(request, Malformed) else work)
+        return await self._call("Info", request, context, request.refuse if isinstance(request, Malformed) else work)
 
 
 def jvm_heap_for(index: Index) -> str:
