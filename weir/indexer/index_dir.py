@@ -1,9 +1,13 @@
 """The index directory: built in a temporary sibling, renamed into place when complete, described by manifest.json,
 and opened for search (:class:`Index`).
 
-A crash, an interrupt or bad input never leaves a half-built index where a good one stood: the build writes to
-``<out>.building-<pid>`` and only a finished build (every component written, manifest included) is renamed to
-``<out>``. The manifest lists each component with a checksum over its files, verified when an index is opened.
+A crash, an interrupt, a kill or bad input never leaves a half-built index where a good one stood: the build writes
+to ``<out>.building-<pid>`` and only a finished build (every component written, manifest included) takes ``<out>``'s
+place, in one step where the system can (Linux's ``renameat2`` exchanging the two directories; ctypes, since Python
+exposes no such call): a process killed at any instant leaves the old index or the new one at ``<out>``, never
+neither. Elsewhere two renames, and a build killed between them leaves the old index at ``<out>.replaced-<pid>``,
+which the next build over ``<out>`` puts back before it starts. What killed builds leave behind is removed by the
+next one. The manifest lists each component with a checksum over its files, verified when an index is opened.
 """
 
 from __future__ import annotations
@@ -43,10 +47,57 @@ def tree_checksum(path: Path) -> tuple[str, int, int]:
     return digest.hexdigest(), files, size
 
 
+RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap directories ``a`` and ``b`` in one step (``renameat2(..., RENAME_EXCHANGE)``); False where the system
+    has no such call or the file system refuses it (the caller then renames twice)."""
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_cwd = -100  # AT_FDCWD
+    return renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), RENAME_EXCHANGE) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover(out: Path) -> None:
+    """Undo what builds over ``out`` that were killed left: the old index put back at ``out`` when a build died
+    between its two renames, and the directories of dead builds removed (a living build's are left alone)."""
+    out = Path(out).absolute()
+    if not out.parent.is_dir():
+        return
+    for sibling in sorted(out.parent.glob(f"{out.name}.replaced-*")) + sorted(out.parent.glob(f"{out.name}.building-*")):
+        pid = sibling.name.rsplit("-", 1)[1]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        if ".replaced-" in sibling.name and not out.exists() and not out.is_symlink():
+            os.replace(sibling, out)  # the index that stood there before the killed build
+        elif sibling.is_symlink():
+            sibling.unlink()
+        else:
+            shutil.rmtree(sibling, ignore_errors=True)
+
+
 @contextmanager
 def staged_directory(out: Path, *, overwrite: bool):
-    """Yield a temporary sibling of ``out`` to build into; on success rename it into place, on failure remove it."""
+    """Yield a temporary sibling of ``out`` to build into; on success put it in ``out``'s place (one exchange where
+    the system can, see the module's docstring), on failure remove it. What killed builds left is undone first."""
     out = Path(out).absolute()
+    recover(out)
     if out.exists() and not overwrite:
         raise InputError(f"{out} already exists; pass --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -58,8 +109,11 @@ def staged_directory(out: Path, *, overwrite: bool):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if out.is_dir() and not out.is_symlink() and exchange(tmp, out):
+        shutil.rmtree(tmp, ignore_errors=True)  # the old index, under the build's name since the exchange
+        return
     old = out.with_name(f"{out.name}.replaced-{os.getpid()}")
-    if out.exists():
+    if out.exists() or out.is_symlink():
         os.replace(out, old)
     os.replace(tmp, out)
     if old.is_symlink():  # ``out`` was a link: the link is replaced, what it pointed to is left alone
