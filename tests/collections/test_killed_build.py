@@ -2,7 +2,8 @@
 (bm25 and dense), SIGKILLed as a whole once it reports each phase's progress (the document pass, Lucene's indexing,
 the postings export, the dense index), leaves the previous index as it was (the same manifest, every checksum
 verified, searchable); run again uninterrupted, the same command gives the index an uninterrupted build gives (every
-bm25 hit's id and score, the same dense vectors) and nothing of the killed builds is left beside it. The instant
+bm25 hit's id and score; the dense component's checksum; every term's postings and every stored document, by
+collection id) and nothing of the killed builds is left beside it. The instant
 between the finished build and its taking the old one's place is tested in tests/indexer/test_index_dir.py; the Ray
 build killed midway (resumed from its block files) in tests/collections/test_distributed_build.py."""
 
@@ -58,6 +59,25 @@ def _killed_at(out: Path, phase: str) -> str:
     return text
 
 
+def _contents(path: Path) -> dict:
+    """What a build writes the same every time, whatever order Lucene's indexing threads gave the documents: the
+    dense component's checksum, each term's postings as (collection id, frequency, norm) and each stored document.
+    (Lucene's own files hold random segment ids and its document numbers follow its threads, so checksums of the
+    Lucene component and of the arrays in Lucene's order differ between two uninterrupted builds too.)"""
+    from weir.indexer.index_dir import Index
+
+    index = Index(path)
+    postings = index.postings("bm25")
+    ids = [postings.docids[i] for i in range(len(postings.docids))]
+    terms = {}
+    for t in range(len(postings.terms)):
+        span = slice(postings.offsets[t], postings.offsets[t + 1])
+        docs = postings.docs[span]
+        terms[postings.terms[t]] = sorted(zip((ids[d] for d in docs), postings.freqs[span].tolist(),
+                                              postings.norms[docs].tolist()))
+    return {"dense": index.component("dense")["sha256"], "terms": terms, "documents": index.documents(sorted(ids))}
+
+
 def _bm25_and_dense(path: Path):
     from weir.core.trec import read_topics
     from weir.indexer.index_dir import Index
@@ -76,6 +96,7 @@ def test_a_build_killed_at_each_phase_leaves_the_old_index_and_the_next_run_buil
     assert first.returncode == 0, first.stderr[-3000:]
     manifest = (out / "manifest.json").read_bytes()
     hits, vectors = _bm25_and_dense(out)
+    contents = _contents(out)
     for phase in PHASES:
         _killed_at(out, phase)
         assert (out / "manifest.json").read_bytes() == manifest, phase  # the old index, untouched
@@ -90,4 +111,5 @@ def test_a_build_killed_at_each_phase_leaves_the_old_index_and_the_next_run_buil
     rebuilt_hits, rebuilt_vectors = _bm25_and_dense(out)
     assert rebuilt_hits == hits
     assert np.array_equal(rebuilt_vectors, vectors)
+    assert _contents(out) == contents
     shutil.rmtree(out)
