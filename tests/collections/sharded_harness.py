@@ -4,8 +4,9 @@ machine's address otherwise) and asserts on what it wrote.
 
 ``python -m tests.collections.sharded_harness PLAN.json OUT.json``: PLAN holds ``scenarios``, each with ``whole``
 (an index), ``shards`` (its shard indexes), ``ray`` (the [ray] settings), ``pipelines`` (each: ``pipeline``, ``k``,
-``depth``, ``queries``, ``concurrent_calls``, ``include_text``) and ``errors`` (requests that must fail). A local Ray
-instance is started once and stopped at the end.
+``depth``, ``queries``, ``concurrent_calls``, ``include_text``), ``errors`` (requests that must fail) and optionally
+``kill`` (callers asking ``pipeline`` ``k`` over ``queries`` for ``seconds`` while one replica of ``deployment`` is
+killed ``kill_after`` seconds in). A local Ray instance is started once and stopped at the end.
 """
 
 from __future__ import annotations
@@ -55,6 +56,73 @@ def _concurrent(target: str, spec: dict) -> dict:
     with ThreadPoolExecutor(CALLERS) as pool:
         results = [r for part in pool.map(caller, range(CALLERS)) for r in part]
     return {"calls": results, "seconds": time.perf_counter() - start}
+
+
+def _replica_actor(deployment: str):
+    """The handle of one live replica of ``deployment`` (e.g. ``shard-0``) of this process's applications: Ray
+    Serve names its replica actors ``SERVE_REPLICA::APP#DEPLOYMENT#ID`` in the ``serve`` namespace."""
+    import ray
+
+    names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                   if a["namespace"] == "serve" and a["name"].startswith("SERVE_REPLICA::")
+                   and a["name"].split("#")[1] == deployment)
+    assert names, f"no replica of {deployment}"
+    return ray.get_actor(names[0], namespace="serve"), names[0]
+
+
+def _killed(target: str, spec: dict, single: list) -> dict:
+    """CALLERS callers ask ``spec``'s queries for ``seconds``; ``kill_after`` seconds in, one replica of
+    ``deployment`` is killed (ray.kill: its worker process ends, what it was answering fails). Per call: when it
+    began (seconds after the kill), its code, and whether an OK answer equals the single server's; the front's Info
+    (replicas running) polled until every deployment is whole again."""
+    import grpc
+    import ray
+
+    from weir.service.client import SearchClient
+
+    queries, seconds = spec["queries"], spec["seconds"]
+    stop_at = time.monotonic() + seconds
+    killed_at: list[float] = []
+
+    def caller(n: int) -> list:
+        out, i = [], n
+        with SearchClient(target, timeout=spec.get("timeout", 10)) as c:
+            while time.monotonic() < stop_at:
+                q, began = i % len(queries), time.monotonic()
+                try:
+                    r = c.search(queries[q], k=spec["k"], pipeline=spec["pipeline"])
+                    out.append([began, "OK", _answer(r) == single[q], ""])
+                except grpc.RpcError as e:
+                    out.append([began, e.code().name, None, e.details()])
+                    time.sleep(0.05)
+                i += CALLERS
+        return out
+
+    def watch_info() -> list:
+        polls = []
+        with SearchClient(target, timeout=5) as c:
+            while time.monotonic() < stop_at:
+                try:
+                    info, healthy = c.info(), c.health()
+                    polls.append([time.monotonic(), [[r.deployment, r.running, r.target] for r in info.replicas],
+                                  healthy])
+                except grpc.RpcError as e:
+                    polls.append([time.monotonic(), e.code().name, None])
+                time.sleep(0.25)
+        return polls
+
+    with ThreadPoolExecutor(CALLERS + 1) as pool:
+        calls = [pool.submit(caller, n) for n in range(CALLERS)]
+        info = pool.submit(watch_info)
+        time.sleep(spec["kill_after"])
+        actor, name = _replica_actor(spec["deployment"])
+        killed_at.append(time.monotonic())
+        ray.kill(actor)
+        records = [r for f in calls for r in f.result()]
+        polls = info.result()
+    t0 = killed_at[0]
+    return {"killed": name, "calls": [[b - t0, code, same, details] for b, code, same, details in records],
+            "info": [[t - t0, replicas, healthy] for t, replicas, healthy in polls]}
 
 
 def _errors(target: str, requests: list[dict]) -> list:
@@ -108,6 +176,9 @@ def run_scenario(scenario: dict) -> dict:
                 if spec.get("concurrent_calls"):
                     record["concurrent"] = _concurrent(front, spec)
                 out["pipelines"].append(record)
+            if scenario.get("kill"):
+                spec = scenario["kill"]
+                out["kill"] = _killed(front, spec, _sequential(one, {**spec, "depth": 0, "include_text": False}))
         out["errors"] = _errors(front, scenario.get("errors", []))
         out["reranker_batches"] = {name: {str(size): n for size, n in handle.batch_counts.remote().result().items()}
                                    for name, handle in sharded.server.service.rerankers.items()}

@@ -54,6 +54,7 @@ reranker_num_cpus = 1.0            # CPUs reserved per reranker replica
 reranker_num_gpus = "auto"         # GPUs per reranker replica; "auto": 1 when the cluster has a GPU, else 0
 reranker_max_batch = 16            # queries per @serve.batch call of a reranker replica
 reranker_batch_wait_ms = 2.0       # how long a reranker batch waits for more queries
+health_check_period_s = 2.0        # how often Ray Serve checks each replica (a dead one is restarted once seen)
 ```
 """
 
@@ -116,6 +117,7 @@ class RayConfig:
     reranker_num_gpus: float | str = "auto"
     reranker_max_batch: int = 16
     reranker_batch_wait_ms: float = 2.0
+    health_check_period_s: float = 2.0  # Ray Serve's default, 10 s, leaves a dead replica's shard down that long
 
     def __post_init__(self):
         if self.shard_replicas < 1 or self.reranker_replicas < 1:
@@ -126,6 +128,8 @@ class RayConfig:
         if self.reranker_num_gpus != "auto" and not (isinstance(self.reranker_num_gpus, (int, float))
                                                      and self.reranker_num_gpus >= 0):
             raise InputError(f"reranker_num_gpus is a number >= 0 or \"auto\" (got {self.reranker_num_gpus!r})")
+        if not self.health_check_period_s > 0:
+            raise InputError(f"health_check_period_s must be positive (got {self.health_check_period_s})")
         if self.reranker_max_batch < 1 or self.reranker_batch_wait_ms < 0:
             raise InputError(f"reranker batching needs max_batch >= 1 and batch_wait_ms >= 0 (got {self})")
 

@@ -51,6 +51,11 @@ class Metrics:
         self.decision = Histogram("weir_call_seconds", "From a call's arrival at its handler to its answer or "
                                   "refusal, by method, pipeline (\"-\": none served named) and outcome. " + OUTCOMES,
                                   ("method", "pipeline", "outcome"), buckets=DECISION_BUCKETS, registry=r)
+        self.replicas = Gauge("weir_replicas_running", "A sharded server's deployments: replicas running, as Ray "
+                              "Serve's controller reports them.", ("deployment",), registry=r)
+        self.recovery = Histogram("weir_replica_recovery_seconds", "From a sharded server's first sight of a "
+                                  "deployment with fewer replicas than asked to its sight of all of them again.",
+                                  ("deployment",), buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300), registry=r)
         self.expected_wait = Gauge("weir_expected_wait_seconds", "The wait admission expected for the last call "
                                    "it estimated: the work ahead, shared by the workers.", registry=r)
 

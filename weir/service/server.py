@@ -220,6 +220,10 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
 
         return await self._call("BatchSearch", request, context, request.refuse if isinstance(request, Malformed) else work)
 
+    def _replicas(self) -> list:
+        """What Info says of the server's replicas (a server over one index has none to tell of)."""
+        return []
+
     def _documents(self) -> int:
         """The number of documents served (what Info reports)."""
         return self.index.manifest["counts"]["documents"]
@@ -240,7 +244,8 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                 pruning=_pruning(self.index.pruning),
                 models=[search_pb2.PipelineModels(pipeline=p, models=registry.reranker_models(p, self.index,
                                                                                               self.options))
-                        for p in self.allowed if len(registry.parse(p)) > 1]), {}
+                        for p in self.allowed if len(registry.parse(p)) > 1],
+                replicas=self._replicas()), {}
 
         return await self._call("Info", request, context, request.refuse if isinstance(request, Malformed) else work)
 

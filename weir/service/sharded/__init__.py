@@ -13,6 +13,10 @@ collection, built one by one (``weir index build --shard I/N``) or as one set (`
   (:class:`weir.service.server.SearchService`: validation, limits, admission, deadlines, micro-batching, health,
   reflection, tokens, TLS, metrics, drain, every status code), whose batches scatter the first stage to every shard,
   merge the shards' top k into the top k of the whole collection, and rerank once (:mod:`weir.service.sharded.front`);
+- **the replicas' watch** (:mod:`weir.service.sharded.replicas`): Ray Serve's view of each deployment's replicas, read
+  twice a second: a call to a deployment with none running is UNAVAILABLE at once, naming it; a call a dying replica
+  held is asked once more of another; ``Info`` lists the replicas (degraded: fewer than asked) and the health service
+  is NOT_SERVING while a deployment has none; each recovery is timed (metrics, log);
 - **what is served** over which shards, and the plan of what to deploy (:mod:`weir.service.sharded.pipelines`);
 - **the server** (:class:`weir.service.sharded.server.ShardedServer`): starts or joins Ray, deploys the plan, and
   removes its deployments when it drains.

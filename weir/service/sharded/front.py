@@ -20,6 +20,8 @@ from weir.service.failures import Failure
 from weir.service.metrics import Metrics
 from weir.service.server import SearchService
 from weir.service.sharded.pipelines import Plan, unsupported_reason
+from weir.service.sharded.replicas import ReplicaWatch
+from weir.service.stubs import search_pb2
 
 log = logging.getLogger("weir.service.sharded")
 
@@ -34,10 +36,12 @@ class ShardedSearchService(SearchService):
     """:class:`SearchService` whose batches run over shard and reranker deployments (see
     :mod:`weir.service.sharded`)."""
 
-    def __init__(self, config: ServiceConfig, plan: Plan, metrics: Metrics, searchers: list, rerankers: dict):
+    def __init__(self, config: ServiceConfig, plan: Plan, metrics: Metrics, searchers: list, rerankers: dict,
+                 watch: ReplicaWatch | None = None):
         self.shards, self.index = plan.shards, plan.shards[0]
         self.options, self.refused, self.fusions = plan.options, plan.refused, plan.fusions
         self.searchers, self.rerankers = searchers, rerankers
+        self.watch = watch  # the deployments' replicas (None: not watched; every call is sent)
         self.directories = [(shard.path, "<shard>") for shard in plan.shards]  # hidden from error messages
         self._start(config, metrics, plan.served, "weir-front")
 
@@ -68,13 +72,26 @@ class ShardedSearchService(SearchService):
             return None
         return max(0.001, max(deadlines) - time.monotonic())
 
-    @staticmethod
-    def _result(response, timeout: float | None, what: str):
+    def _check(self, what: str) -> None:
+        """Failure(UNAVAILABLE) at once when deployment ``what`` has no replica running (:mod:`.replicas`)."""
+        if self.watch is not None:
+            self.watch.check(what)
+
+    def _result(self, response, timeout: float | None, what: str, again=None):
+        """The result of ``response``, a call to deployment ``what``, within ``timeout`` seconds. A replica that
+        fails or dies while it answers: the call is sent once more (``again()``; Ray Serve routes it to a replica
+        alive) while time is left, else UNAVAILABLE naming the deployment."""
+        start = time.monotonic()
         try:
             return response.result(timeout_s=timeout)
         except TimeoutError:
             raise Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed; the work for it stopped") from None
         except Exception as e:  # a replica that failed or died: Ray's error, logged here, not shown to callers
+            left = None if timeout is None else timeout - (time.monotonic() - start)
+            if again is not None and (left is None or left > 0.001):
+                log.warning("%s failed (%s); asking it again", what, type(e).__name__)
+                self._check(what)
+                return self._result(again(), left, what)
             log.error("%s failed: %s", what, e)
             raise Failure(grpc.StatusCode.UNAVAILABLE, f"{what} failed or is unavailable; try again") from None
 
@@ -127,10 +144,12 @@ class ShardedSearchService(SearchService):
         """Rerank the ``results`` of the ``live`` items with reranker ``name`` (in place), each query a request of
         its own that ``@serve.batch`` batches with the requests of other batches."""
         timeout = self._timeout([items[i] for i in live])
-        handle = self.rerankers[name]
-        calls = [(i, handle.rerank.remote((items[i].query, results[i], n, depth or 0))) for i in live]
+        handle, what = self.rerankers[name], f"reranker {name}"
+        self._check(what)
+        requests = {i: (items[i].query, results[i], n, depth or 0) for i in live}
+        calls = [(i, handle.rerank.remote(requests[i])) for i in live]
         for i, call in calls:
-            results[i], _ = self._result(call, timeout, f"reranker {name}")
+            results[i], _ = self._result(call, timeout, what, lambda i=i: handle.rerank.remote(requests[i]))
 
     def _stored(self, items: list[Item], live: list[int], results: dict[int, list[tuple]],
                 owner: dict[str, int]) -> dict[str, Document]:
@@ -142,13 +161,20 @@ class ShardedSearchService(SearchService):
             for d in dict.fromkeys(wanted):
                 by_shard.setdefault(owner[d], []).append(d)
             timeout = self._timeout([items[i] for i in live])
+            for j in by_shard:
+                self._check(f"shard {j}")
             calls = [(j, self.searchers[j].documents.remote(ids)) for j, ids in by_shard.items()]
             for j, call in calls:
-                docs.update((d, Document(d, t, x)) for d, (t, x) in self._result(call, timeout, f"shard {j}").items())
+                found = self._result(call, timeout, f"shard {j}",
+                                     lambda j=j: self.searchers[j].documents.remote(by_shard[j]))
+                docs.update((d, Document(d, t, x)) for d, (t, x) in found.items())
         return docs
 
     def _send(self, stage: str, texts: list[str], n: int) -> list:
-        """Ask every shard for its top ``n`` of ``stage`` per text (the calls run while the caller sends others)."""
+        """Ask every shard for its top ``n`` of ``stage`` per text (the calls run while the caller sends others);
+        UNAVAILABLE at once, nothing sent, when a shard has no replica running."""
+        for j in range(len(self.searchers)):
+            self._check(f"shard {j}")
         return [s.search.remote(stage, texts, n) for s in self.searchers]
 
     def _scatter(self, stage: str, texts: list[str], n: int, timeout: float | None,
@@ -156,7 +182,9 @@ class ShardedSearchService(SearchService):
         """Per text, the whole collection's top ``n`` of ``stage``: every shard's top ``n`` (``calls`` already
         sent, else sent now), merged by (score, doc id); ``owner`` learns which shard holds each hit."""
         calls = calls if calls is not None else self._send(stage, texts, n)
-        per_shard = [self._result(c, timeout, f"shard {j}") for j, c in enumerate(calls)]
+        per_shard = [self._result(c, timeout, f"shard {j}",
+                                  lambda j=j: self.searchers[j].search.remote(stage, texts, n))
+                     for j, c in enumerate(calls)]
         out = []
         for row in range(len(texts)):
             merged = []
@@ -189,3 +217,9 @@ class ShardedSearchService(SearchService):
 
     def _documents(self) -> int:
         return sum(s.num_docs for s in self.shards)
+
+    def _replicas(self) -> list:
+        if self.watch is None:
+            return []
+        return [search_pb2.Replicas(deployment=r.deployment, running=r.running, target=r.target, status=r.status)
+                for r in self.watch.replicas()]

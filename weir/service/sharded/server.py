@@ -10,13 +10,15 @@ import logging
 import os
 import threading
 
+from grpc_health.v1 import health_pb2
 from ray import serve
 
 from weir.service.config import RayConfig, ServiceConfig
-from weir.service.server import SearchService, Server
+from weir.service.server import SERVICE_NAME, SearchService, Server
 from weir.service.sharded.deployments import RerankerDeployment, ShardSearcher
 from weir.service.sharded.front import ShardedSearchService
 from weir.service.sharded.pipelines import Plan, plan
+from weir.service.sharded.replicas import ReplicaWatch
 
 log = logging.getLogger("weir.service.sharded")
 
@@ -49,13 +51,14 @@ def _targets(config: ServiceConfig, deployed: Plan, gpus: float, prefix: str) ->
     targets = []
     for j, (path, stats) in enumerate(zip(deployed.paths, deployed.statistics)):
         deployment = shard_class.options(name=f"shard-{j}", num_replicas=settings.shard_replicas,
+                                         health_check_period_s=settings.health_check_period_s,
                                          ray_actor_options={"num_cpus": settings.shard_num_cpus})
         targets.append(serve.RunTarget(deployment.bind(path, stats, dict(config.options), deployed.stages,
                                                        config.verify_checksums),
                                        name=f"{prefix}-shard-{j}", route_prefix=None))
     for name in deployed.rerankers:
         deployment = reranker_class.options(
-            name=name, num_replicas=settings.reranker_replicas,
+            name=name, num_replicas=settings.reranker_replicas, health_check_period_s=settings.health_check_period_s,
             ray_actor_options={"num_cpus": settings.reranker_num_cpus, "num_gpus": gpus})
         targets.append(serve.RunTarget(deployment.bind(name, deployed.paths, dict(config.options),
                                                        settings.reranker_max_batch, settings.reranker_batch_wait_ms),
@@ -72,6 +75,7 @@ class ShardedServer(Server):
         super().__init__(config)
         self.apps: list[str] = []
         self.started_ray = False
+        self.watch: ReplicaWatch | None = None
 
     async def open_service(self) -> SearchService:
         return await asyncio.get_running_loop().run_in_executor(None, self._deploy)
@@ -81,7 +85,8 @@ class ShardedServer(Server):
         deployed = plan(config)  # every check before Ray starts
         self._start_ray()
         gpus = _reranker_gpus(settings)
-        targets = _targets(config, deployed, gpus, _app_prefix())
+        prefix = _app_prefix()
+        targets = _targets(config, deployed, gpus, prefix)
         self.apps = [t.name for t in targets]
         try:
             handles = serve.run_many(targets)
@@ -92,7 +97,29 @@ class ShardedServer(Server):
         searchers, rerankers = handles[:shards], dict(zip(deployed.rerankers, handles[shards:]))
         log.info("deployed %d shard(s) x %d replica(s), reranker(s) %s x %d replica(s) (%s GPU each)", shards,
                  settings.shard_replicas, ", ".join(deployed.rerankers) or "none", settings.reranker_replicas, gpus)
-        return ShardedSearchService(config, deployed, self.metrics, searchers, rerankers)
+        apps = {f"shard {j}": (f"{prefix}-shard-{j}", f"shard-{j}") for j in range(shards)}
+        apps.update({f"reranker {name}": (f"{prefix}-{name}", name) for name in deployed.rerankers})
+        targets_of = {label: settings.shard_replicas if label.startswith("shard") else settings.reranker_replicas
+                      for label in apps}
+        self.watch = ReplicaWatch(apps, targets_of, self.metrics).start()
+        return ShardedSearchService(config, deployed, self.metrics, searchers, rerankers, self.watch)
+
+    async def start(self) -> int:
+        """As :meth:`Server.start`; then the health service follows the replicas: NOT_SERVING while a deployment
+        has none running (the watch's polls, on its thread, set it on the server's loop)."""
+        port = await super().start()
+        loop = asyncio.get_running_loop()
+
+        def follow(ready: bool) -> None:
+            status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+            if not self.service.admission.draining:
+                for name in ("", SERVICE_NAME):
+                    asyncio.run_coroutine_threadsafe(self.health.set(name, status), loop)
+
+        self.watch.on_change = follow
+        if not all(r.running > 0 for r in self.watch.replicas()):
+            follow(False)
+        return port
 
     def _start_ray(self) -> None:
         """Start a local Ray instance or join the configured cluster, unless Ray runs in this process already; then
@@ -110,6 +137,8 @@ class ShardedServer(Server):
         serve.start(proxy_location="Disabled")
 
     async def drain(self, grace: float | None = None) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         await super().drain(grace)
         await asyncio.get_running_loop().run_in_executor(None, self.shutdown_ray)
 
