@@ -7,6 +7,7 @@ it."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import grpc
@@ -24,6 +25,7 @@ from weir.service.sharded.replicas import ReplicaWatch
 from weir.service.stubs import search_pb2
 
 log = logging.getLogger("weir.service.sharded")
+RETRY_WAIT = 1.0  # seconds a call asked again (its replica failed) waits for another replica
 
 
 def _wanted(items: list[Item], rows: list[int]) -> list[int]:
@@ -72,28 +74,42 @@ class ShardedSearchService(SearchService):
             return None
         return max(0.001, max(deadlines) - time.monotonic())
 
-    def _check(self, what: str) -> None:
+    def _require(self, what: str) -> None:
         """Failure(UNAVAILABLE) at once when deployment ``what`` has no replica running (:mod:`.replicas`)."""
         if self.watch is not None:
             self.watch.check(what)
 
-    def _result(self, response, timeout: float | None, what: str, again=None):
+    def _result(self, response, timeout: float | None, what: str, again=None, *,
+                deadline_left: float | None = None):
         """The result of ``response``, a call to deployment ``what``, within ``timeout`` seconds. A replica that
         fails or dies while it answers: the call is sent once more (``again()``; Ray Serve routes it to a replica
-        alive) while time is left, else UNAVAILABLE naming the deployment."""
+        alive) while time is left, and waits at most RETRY_WAIT seconds for it (a deployment whose only replica died
+        has none until Ray Serve has started another: its callers are told so, not kept waiting); else UNAVAILABLE
+        naming the deployment. (``deadline_left``: what was left of the deadline when a retry was sent.)"""
         start = time.monotonic()
         try:
             return response.result(timeout_s=timeout)
         except TimeoutError:
+            if deadline_left is not None and timeout is not None and timeout < deadline_left:
+                raise Failure(grpc.StatusCode.UNAVAILABLE, f"{what} failed and no replica of it answered within "
+                              f"{RETRY_WAIT:g} s; try again shortly") from None  # a retry's wait, not the deadline
             raise Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed; the work for it stopped") from None
         except Exception as e:  # a replica that failed or died: Ray's error, logged here, not shown to callers
             left = None if timeout is None else timeout - (time.monotonic() - start)
             if again is not None and (left is None or left > 0.001):
                 log.warning("%s failed (%s); asking it again", what, type(e).__name__)
-                self._check(what)
-                return self._result(again(), left, what)
+                self._require(what)
+                wait = RETRY_WAIT if left is None else min(left, RETRY_WAIT)
+                return self._result(again(), wait, what, deadline_left=math.inf if left is None else left)
             log.error("%s failed: %s", what, e)
             raise Failure(grpc.StatusCode.UNAVAILABLE, f"{what} failed or is unavailable; try again") from None
+
+    def _observe(self, costs, key, queries: int, seconds: float) -> None:
+        """As a single server's, but a batch that ran while a deployment lost or regained replicas teaches the
+        admission nothing (it may have waited for a replica to start)."""
+        if self.watch is not None and not self.watch.steady_since(time.monotonic() - seconds):
+            return
+        super()._observe(costs, key, queries, seconds)
 
     def _hand_on(self, names: list[str], position: int, k: int, depth: int | None) -> int:
         """How many hits stage ``position`` of ``names`` hands on, as a Pipeline does: what the next stage reranks."""
@@ -145,7 +161,7 @@ class ShardedSearchService(SearchService):
         its own that ``@serve.batch`` batches with the requests of other batches."""
         timeout = self._timeout([items[i] for i in live])
         handle, what = self.rerankers[name], f"reranker {name}"
-        self._check(what)
+        self._require(what)
         requests = {i: (items[i].query, results[i], n, depth or 0) for i in live}
         calls = [(i, handle.rerank.remote(requests[i])) for i in live]
         for i, call in calls:
@@ -162,7 +178,7 @@ class ShardedSearchService(SearchService):
                 by_shard.setdefault(owner[d], []).append(d)
             timeout = self._timeout([items[i] for i in live])
             for j in by_shard:
-                self._check(f"shard {j}")
+                self._require(f"shard {j}")
             calls = [(j, self.searchers[j].documents.remote(ids)) for j, ids in by_shard.items()]
             for j, call in calls:
                 found = self._result(call, timeout, f"shard {j}",
@@ -174,7 +190,7 @@ class ShardedSearchService(SearchService):
         """Ask every shard for its top ``n`` of ``stage`` per text (the calls run while the caller sends others);
         UNAVAILABLE at once, nothing sent, when a shard has no replica running."""
         for j in range(len(self.searchers)):
-            self._check(f"shard {j}")
+            self._require(f"shard {j}")
         return [s.search.remote(stage, texts, n) for s in self.searchers]
 
     def _scatter(self, stage: str, texts: list[str], n: int, timeout: float | None,

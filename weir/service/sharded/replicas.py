@@ -49,6 +49,7 @@ class ReplicaWatch:
         self.on_change = on_change
         self._state = {label: Replicas(label, targets[label], targets[label], "HEALTHY") for label in apps}
         self._degraded_since: dict[str, float] = {}
+        self.last_change = float("-inf")  # when a deployment last lost or regained replicas (time.monotonic)
         self._ready = True
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -80,6 +81,8 @@ class ReplicaWatch:
                 before, self._state[label] = self._state[label], replicas
             if self.metrics is not None:
                 self.metrics.replicas.labels(label).set(running)
+            if running != before.running:
+                self.last_change = now
             if running < replicas.target and label not in self._degraded_since:
                 self._degraded_since[label] = now
                 log.warning("%s: %d of %d replicas running (%s)", label, running, replicas.target, state)
@@ -96,6 +99,10 @@ class ReplicaWatch:
             self._ready = ready
             if self.on_change is not None:
                 self.on_change(ready)
+
+    def steady_since(self, since: float) -> bool:
+        """Whether every deployment has had all its replicas running from ``since`` (time.monotonic) until now."""
+        return not self._degraded_since and self.last_change < since
 
     def replicas(self) -> list[Replicas]:
         with self._lock:
