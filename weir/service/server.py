@@ -189,8 +189,11 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             return response
         except Failure as f:
             code, message, trailing, outcome = f.code, f.message, f.trailing_metadata(), f.reason
-        except asyncio.CancelledError:
-            code, message, outcome = grpc.StatusCode.CANCELLED, "cancelled by the client", "cancelled"
+        except asyncio.CancelledError:  # the caller went away, or its deadline passed (gRPC cancels the handler)
+            remaining = context.time_remaining()
+            expired = remaining is not None and remaining <= 0.001
+            code, message = grpc.StatusCode.CANCELLED, "the deadline passed" if expired else "cancelled by the client"
+            outcome = "expired" if expired else "cancelled"
             raise
         except Exception:
             log.exception("%s failed", method)
