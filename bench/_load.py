@@ -97,8 +97,9 @@ class Served:
 
 def server_side(before: dict, after: dict) -> dict:
     """What the server measured between two :meth:`Served.decisions`: p99 (ms, interpolated within its bucket as
-    Prometheus's histogram_quantile does) of its refusals from arrival, the share of them within 10 ms, and calls
-    admitted then expired over all admitted."""
+    Prometheus's histogram_quantile does) of its refusals from arrival (all, and those refused at admission, before
+    any queueing: all but the sheds), the share of them within 10 ms, calls admitted then expired over all admitted,
+    and the count of each outcome."""
     def delta(outcomes) -> tuple[float, list[tuple[float, float]]]:
         count, buckets = 0.0, {}
         for o in outcomes:
@@ -115,9 +116,13 @@ def server_side(before: dict, after: dict) -> dict:
     admitted, _ = delta(ADMITTED)
     expired, _ = delta(("expired",))
     within = next((n for le, n in buckets if le == 0.01), float("nan"))
+    at_admission, at_buckets = delta(tuple(r for r in REFUSALS if r != "shed"))
+    outcomes = {o: delta((o,))[0] for o in sorted(set(after) | set(before))}
     return {"refused": refused, "refused_p99_server": _quantile(0.99, refused, buckets) * 1000,
             "refused_within_10ms": within / refused if refused else float("nan"),
-            "admitted": admitted, "expired": expired}
+            "admission_p99_server": _quantile(0.99, at_admission, at_buckets) * 1000,
+            "admitted": admitted, "expired": expired,
+            "outcomes": {o: int(n) for o, n in outcomes.items() if n}}
 
 
 def _quantile(q: float, count: float, buckets: list[tuple[float, float]]) -> float:

@@ -86,14 +86,17 @@ def with_server_side(server: Served, pipeline: str, measure) -> dict:
 
 
 HEADER = ("| pipeline | callers | {}calls | OK/s | p50 ms | p95 ms | p99 ms | refused p99 ms (caller) | refused p99 ms "
-          "(server; share <= 10 ms) | expired / admitted | codes |")
+          "(server; share <= 10 ms; at admission) | expired / admitted | codes |")
 
 
 def _row(pipeline, c, r, extra="") -> str:
     codes = ", ".join(f"{k} {v}" for k, v in sorted(r["codes"].items()))
     if r["late"]:
         codes += f" ({r['late']} OK after the deadline)"
-    server = (f"{r['refused_p99_server']:.1f} ({r['refused_within_10ms']:.1%})" if r.get("refused") else "-")
+    server = (f"{r['refused_p99_server']:.1f} ({r['refused_within_10ms']:.1%}); at admission "
+              f"{r['admission_p99_server']:.1f}" if r.get("refused") else "-")
+    if r.get("outcomes"):
+        codes += "; server: " + ", ".join(f"{o} {n}" for o, n in r["outcomes"].items())
     expired = f"{r['expired']:.0f} / {r['admitted']:.0f}" if "admitted" in r else "-"
     return (f"| {pipeline} | {c} | {extra}{r['calls']} | {r['qps']:.1f} | {r['p50']:.1f} | {r['p95']:.1f} | "
             f"{r['p99']:.1f} | {r['refused_p99']:.1f} | {server} | {expired} | {codes} |")
