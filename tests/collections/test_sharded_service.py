@@ -89,7 +89,10 @@ def results(index_factory, shard_factory, tmp_path_factory):
          "ray": ray,
          "pipelines": [adi("dense", 80), adi("bm25", 0, k=82), adi("hybrid", 80), adi("deepimpact", 80),
                        adi("deepimpact+bm25", 80),
-                       adi("bm25>>attention", 40, depth=ATTENTION_DEPTH, queries=adi_topics[:ATTENTION_QUERIES])]},
+                       adi("bm25>>attention", 40, depth=ATTENTION_DEPTH, queries=adi_topics[:ATTENTION_QUERIES])],
+         # the only replica of the reranker killed: UNAVAILABLE naming it until restarted, then exact again
+         "kill": {"pipeline": "bm25>>attention", "k": 10, "queries": adi_topics[:ATTENTION_QUERIES],
+                  "deployment": "attention", "kill_after": 2, "seconds": KILL_SECONDS}},
         {"whole": str(index_factory("adi", "bm25,dense", dense=IVFPQ)),
          "shards": shard_factory("adi", "bm25,dense", together=True, dense=IVFPQ),
          "ray": ray,
@@ -249,11 +252,13 @@ def test_a_killed_replica_of_a_replicated_shard_leaves_every_answer_whole(result
     assert recovered is not None  # Ray Serve restarted it; Info told of the loss, then of the recovery
 
 
-def test_a_killed_replica_of_a_shard_alone_is_unavailable_until_restarted_then_exact_again(results):
-    """Shard 1 of an ADI shard set, 1 replica, killed: calls are UNAVAILABLE naming the shard (at once once the
-    front has seen the loss, the health service NOT_SERVING meanwhile), never a partial top 10; once Ray Serve has
-    restarted it, every answer is the single server's again."""
-    kill = results[2]["kill"]
+@pytest.mark.parametrize("scenario, deployment", [(2, "shard 1"), (1, "reranker attention")])
+def test_a_killed_replica_of_a_deployment_alone_is_unavailable_until_restarted_then_exact_again(results, scenario,
+                                                                                                deployment):
+    """Shard 1 of an ADI shard set, or the attention reranker, 1 replica, killed: calls are UNAVAILABLE naming it
+    (at once once the front has seen the loss, the health service NOT_SERVING meanwhile), never a partial or
+    unreranked top 10; once Ray Serve has restarted it, every answer is the single server's again."""
+    kill = results[scenario]["kill"]
     codes, recovered, errors = _after_the_kill(kill)
     wrong = sum(1 for c in kill["calls"] if c[1] == "OK" and not c[2])
     not_serving = [t for t, _, healthy in kill["info"] if t >= 0 and healthy is not None and healthy != "SERVING"]
@@ -262,6 +267,6 @@ def test_a_killed_replica_of_a_shard_alone_is_unavailable_until_restarted_then_e
           f"at {len(not_serving)} polls; errors: {sorted(set(errors))[:3]}")
     assert wrong == 0
     assert set(codes) <= {"OK", "UNAVAILABLE"} and codes.get("UNAVAILABLE", 0) > 0
-    assert all("shard 1" in e for e in errors)
+    assert all(deployment in e for e in errors)
     assert recovered is not None and not_serving
     assert any(c[1] == "OK" for c in kill["calls"] if c[0] > recovered)  # exact again after the restart

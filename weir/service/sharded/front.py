@@ -26,6 +26,7 @@ from weir.service.stubs import search_pb2
 
 log = logging.getLogger("weir.service.sharded")
 RETRY_WAIT = 1.0  # seconds a call asked again (its replica failed) waits for another replica
+WATCH_SLICE = 0.25  # seconds between looks at the replicas while a call to a deployment is waited for
 
 
 def _wanted(items: list[Item], rows: list[int]) -> list[int]:
@@ -88,12 +89,14 @@ class ShardedSearchService(SearchService):
         naming the deployment. (``deadline_left``: what was left of the deadline when a retry was sent.)"""
         start = time.monotonic()
         try:
-            return response.result(timeout_s=timeout)
+            return self._waited(response, timeout, what)
         except TimeoutError:
             if deadline_left is not None and timeout is not None and timeout < deadline_left:
                 raise Failure(grpc.StatusCode.UNAVAILABLE, f"{what} failed and no replica of it answered within "
                               f"{RETRY_WAIT:g} s; try again shortly") from None  # a retry's wait, not the deadline
             raise Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed; the work for it stopped") from None
+        except Failure:  # the deployment lost every replica while the call waited
+            raise
         except Exception as e:  # a replica that failed or died: Ray's error, logged here, not shown to callers
             left = None if timeout is None else timeout - (time.monotonic() - start)
             if again is not None and (left is None or left > 0.001):
@@ -103,6 +106,26 @@ class ShardedSearchService(SearchService):
                 return self._result(again(), wait, what, deadline_left=math.inf if left is None else left)
             log.error("%s failed: %s", what, e)
             raise Failure(grpc.StatusCode.UNAVAILABLE, f"{what} failed or is unavailable; try again") from None
+
+    def _waited(self, response, timeout: float | None, what: str):
+        """``response.result()`` within ``timeout`` seconds, waited for in slices of WATCH_SLICE seconds: a call held
+        by Ray Serve for a deployment that has lost every replica (it waits for one to start) is given up as soon
+        as the watch has seen the loss, UNAVAILABLE naming the deployment, not held until its deadline."""
+        if self.watch is None:
+            return response.result(timeout_s=timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError
+            try:
+                return response.result(timeout_s=WATCH_SLICE if left is None else min(left, WATCH_SLICE))
+            except TimeoutError:
+                try:
+                    self._require(what)
+                except Failure:
+                    response.cancel()
+                    raise
 
     def _observe(self, costs, key, queries: int, seconds: float) -> None:
         """As a single server's, but a batch that ran while a deployment lost or regained replicas teaches the
