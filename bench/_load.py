@@ -117,10 +117,12 @@ def server_side(before: dict, after: dict) -> dict:
     expired, _ = delta(("expired",))
     within = next((n for le, n in buckets if le == 0.01), float("nan"))
     at_admission, at_buckets = delta(tuple(r for r in REFUSALS if r != "shed"))
+    answered, ok_buckets = delta(("ok",))
     outcomes = {o: delta((o,))[0] for o in sorted(set(after) | set(before))}
     return {"refused": refused, "refused_p99_server": _quantile(0.99, refused, buckets) * 1000,
             "refused_within_10ms": within / refused if refused else float("nan"),
             "admission_p99_server": _quantile(0.99, at_admission, at_buckets) * 1000,
+            "ok_p99_server": _quantile(0.99, answered, ok_buckets) * 1000,
             "admitted": admitted, "expired": expired,
             "outcomes": {o: int(n) for o, n in outcomes.items() if n}}
 

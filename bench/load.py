@@ -97,6 +97,7 @@ def _row(pipeline, c, r, extra="") -> str:
               f"{r['admission_p99_server']:.1f}" if r.get("refused") else "-")
     if r.get("outcomes"):
         codes += "; server: " + ", ".join(f"{o} {n}" for o, n in r["outcomes"].items())
+        codes += f"; server's OK p99 {r['ok_p99_server']:.1f} ms"
     expired = f"{r['expired']:.0f} / {r['admitted']:.0f}" if "admitted" in r else "-"
     return (f"| {pipeline} | {c} | {extra}{r['calls']} | {r['qps']:.1f} | {r['p50']:.1f} | {r['p95']:.1f} | "
             f"{r['p99']:.1f} | {r['refused_p99']:.1f} | {server} | {expired} | {codes} |")
