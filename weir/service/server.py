@@ -45,6 +45,7 @@ from weir.service.batching import Abandoned, Item, MicroBatcher
 from weir.service.config import ServiceConfig
 from weir.service.failures import Failure, public
 from weir.service.metrics import Metrics
+from weir.service.process import freeze_long_lived, jvm_heap_for
 from weir.service.stubs import search_pb2, search_pb2_grpc
 from weir.service.validation import canonical, check_batch, check_query, check_request, served_pipelines
 
@@ -118,15 +119,19 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             log.info("warmed %s in %.2f s", spec, time.perf_counter() - started)
         if "bm25" in self.index.components:
             self.index.documents(["weir-warm-up"])
+        freeze_long_lived()
 
     # --- the work of one batch, on a worker thread -----------------------------------------------------------
 
     def _run_batch(self, key, items: list[Item]) -> list:
         spec, k, depth = key
-        if spec not in self.cache:  # built by this batch (``warm = "default"``): its time is not the pipeline's cost
+        cold = spec not in self.cache
+        if cold:  # built by this batch (``warm = "default"``): its time is not the pipeline's cost
             with self._cold_lock:
                 self._cold[key] = self._cold.get(key, 0) + 1
         pipeline = self.cache.get(spec)
+        if cold:
+            freeze_long_lived()  # its models, for the server's lifetime
         queries = [Query(f"q{i}", item.query) for i, item in enumerate(items)]
         by_id = {q.id: item for q, item in zip(queries, items)}
 
@@ -251,14 +256,6 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                 replicas=self._replicas()), {}
 
         return await self._call("Info", request, context, request.refuse if isinstance(request, Malformed) else work)
-
-
-def jvm_heap_for(index: Index) -> str:
-    """A JVM heap for serving ``index`` when WEIR_JVM_HEAP is not set: Lucene reads the index through memory maps
-    (outside the heap); the heap holds per-query state and stored documents being read, so 512 MiB plus half the
-    size of the Lucene components, at most 8 GiB."""
-    lucene = sum(int(c.get("bytes", 0)) for n, c in index.manifest["components"].items() if n != "dense")
-    return f"{min(8192, 512 + lucene // 2**21)}m"
 
 
 class Server:

@@ -19,7 +19,7 @@ from weir.indexer.index_dir import Index
 from weir.indexer.shards import CollectionStatistics
 from weir.ranker import registry
 from weir.ranker.options import PipelineOptions
-from weir.service.server import jvm_heap_for
+from weir.service.process import freeze_long_lived, jvm_heap_for
 class ShardSearcher:
     """One shard's first stages. ``statistics``: per BM25-scored component (bm25, deepct), the shard set's
     statistics for this shard's terms."""
@@ -45,6 +45,7 @@ class ShardSearcher:
         # before this replica serves
         self.search(stages[0], ["warm up"], 1)
         self.index.documents(["weir-warm-up"])
+        freeze_long_lived()
 
     def search(self, stage: str, texts: list[str], k: int) -> list[list[tuple[str, float]]]:
         """Per text, this shard's top ``k`` (doc_id, score) of first stage ``stage``, best first."""
@@ -110,6 +111,7 @@ class RerankerDeployment:
         self.batch_sizes: dict[int, int] = {}  # batch size -> batches this replica ran (see batch_counts)
         self.rerank.set_max_batch_size(max_batch)
         self.rerank.set_batch_wait_timeout_s(wait_ms / 1000)
+        freeze_long_lived()
 
     def _rerank_batch(self, requests: list[tuple[str, list[tuple], int, int]]) -> list[tuple[list[tuple], int]]:
         """Each request: (query text, candidates as (doc_id, score, stage_scores), k, depth); its reranked top k

@@ -19,6 +19,7 @@ from weir.service.batching import Abandoned, Item
 from weir.service.config import ServiceConfig
 from weir.service.failures import Failure
 from weir.service.metrics import Metrics
+from weir.service.process import freeze_long_lived
 from weir.service.server import SearchService
 from weir.service.sharded.pipelines import Plan, unsupported_reason
 from weir.service.sharded.replicas import ReplicaWatch
@@ -65,6 +66,7 @@ class ShardedSearchService(SearchService):
     def warm_up(self) -> None:
         for spec in self.warm_specs():  # through the deployments: each shard's searcher, each reranker's replica
             self._run_batch((spec, 1, None), [Item("warm up")])
+        freeze_long_lived()
 
     # --- one batch, on a worker thread of the front --------------------------------------------------------------
 
