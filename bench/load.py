@@ -41,6 +41,27 @@ only, side by side with 454f67b in one `--compare` run; "after, final" is d7350d
 is missed: about 2% of refusals are sheds taken off the queue after waiting, and 32 client threads share the
 2 cores with the server, so even an immediate refusal is measured late by its caller.
 
+Where the time goes, measured here (2026-12-07, 2-core Intel Xeon; SciFact bm25+dense index; each row's columns
+now include the server's own figures from its metrics: refusal p99 from arrival at the handler, all and at admission
+only, the share within 10 ms, admitted calls that expired, and each outcome's count). Side by side in one
+`--compare` run (2 alternating rounds, 10 s cells), before -> after 0316bfc (the server's long-lived objects frozen
+out of the garbage collector's full collections; before, one took up to 48 ms about 4 times a second):
+
+    python bench/load.py --index IDX --pipelines bm25 -k 1000 --include-text --timeout 0.2 --concurrency 1,32 \
+        --seconds 10 --rounds 2 --compare "" "" --baseline-weir "env PYTHONPATH=BEFORE .venv/bin/python -P -m weir"
+
+    | pipeline, deadline              | callers | OK/s before -> after | expired / admitted      | server refusal p99 (at admission) |
+    |---------------------------------|--------:|---------------------:|------------------------:|----------------------------------:|
+    | bm25 k=1000 with text, 200 ms   |       1 | 57.9, 59.7 -> 82.0, 87.3 | 8/587, 9/606 -> 0/820, 0/873 | -                          |
+    |                                 |      32 | 56.9, 54.0 -> 88.3, 96.0 | 160/770, 153/719 -> 6/952, 11/1029 | 114.1, 90.9 ms (0.5 ms) |
+    | hybrid>>ltr k=10, 200 ms        |       1 | 58.0 -> 59.9             | 0 -> 0                  | -                                 |
+    |                                 |      32 | 83.4 -> 89.0             | 10/892 -> 37/974        | 76.8 ms (0.5 ms)                  |
+
+Refusals at admission take 0.5 ms at p99 (server side); the p99 of all refusals is set by the sheds (about 4% of
+them), which are taken off the queue after waiting. Tried and not kept: a GIL switch interval of 0.5 ms (1.03x);
+a margin on admission's estimate learnt from expiries (up 1.1x per expiry, down per answer, half-life 2 s: 0.35x the
+answers, the refusals starving the workers).
+
 Goodput against offered load (d85ba67, `--offered 0.5,1,2,4,8 --seconds 8 --compare` as above; OK/s over the
 one-caller capacity, before -> after): bm25 k=1000 with text, 200 ms: 2x 0.62 -> 1.17, 4x 0.01 -> 1.13, 8x 0.01 ->
 0.84; hybrid>>ltr k=10, 200 ms: 2x 2.00 -> 1.97, 4x 0.04 -> 1.49, 8x 0.04 -> 1.28; bm25>>attention depth 20, 1 s:
