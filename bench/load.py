@@ -57,10 +57,13 @@ out of the garbage collector's full collections; before, one took up to 48 ms ab
     | hybrid>>ltr k=10, 200 ms        |       1 | 58.0 -> 59.9             | 0 -> 0                  | -                                 |
     |                                 |      32 | 83.4 -> 89.0             | 10/892 -> 37/974        | 76.8 ms (0.5 ms)                  |
 
-Refusals at admission take 0.5 ms at p99 (server side); the p99 of all refusals is set by the sheds (about 4% of
-them), which are taken off the queue after waiting. Tried and not kept: a GIL switch interval of 0.5 ms (1.03x);
-a margin on admission's estimate learnt from expiries (up 1.1x per expiry, down per answer, half-life 2 s: 0.35x the
-answers, the refusals starving the workers).
+Refusals at admission take 0.5 ms at p99 (server side); the p99 of all refusals is set by the sheds (about 2-4% of
+them), which are taken off the queue after waiting. Cells vary from run to run: in a later run of the same command
+at a17ac3e, 32 callers of bm25 gave 88.0 and 80.7 OK/s with 46/977 and 37/898 admitted calls expired. Tried and not
+kept: a GIL switch interval of 0.5 ms (1.03x); a margin on admission's estimate learnt from expiries (up 1.1x per
+expiry, down per answer, half-life 2 s: 0.35x the answers, the refusals starving the workers); a fixed one (admit
+what fits in 0.8 of the time left: 0.94x the answers, expired 20/866 and 2/788, sheds 14 and 29 against 33 and 47,
+refusal p99 0.5 and 114.9 ms).
 
 Goodput against offered load (d85ba67, `--offered 0.5,1,2,4,8 --seconds 8 --compare` as above; OK/s over the
 one-caller capacity, before -> after): bm25 k=1000 with text, 200 ms: 2x 0.62 -> 1.17, 4x 0.01 -> 1.13, 8x 0.01 ->
