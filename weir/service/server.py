@@ -47,10 +47,10 @@ from weir.service.failures import Failure, public
 from weir.service.metrics import Metrics
 from weir.service.process import freeze_long_lived, jvm_heap_for
 from weir.service.stubs import search_pb2, search_pb2_grpc
-from weir.service.validation import canonical, check_batch, check_query, check_request, served_pipelines
+from weir.service.validation import (canonical, check_batch, check_query, check_request, served_pipeline,
+                                     served_pipelines)
 
 log = logging.getLogger("weir.service")
-_canonical = functools.lru_cache(maxsize=256)(canonical)  # a label per call: the same few names, parsed once
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
 
 
@@ -177,15 +177,16 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         if isinstance(request, Malformed) or not hasattr(request, "pipeline"):
             return "-"
         try:
-            spec = _canonical(request.pipeline.strip()[:self.limits.max_pipeline_chars] or
-                              self.config.default_pipeline)
-        except InputError:
+            return served_pipeline(request, self.limits, self.config.default_pipeline, self.allowed)
+        except Failure:
             return "-"
-        return spec if spec in self.allowed else "-"
 
     async def _call(self, method: str, request, context, work):
-        """Run ``work()``; map every failure to a status code and a message; record metrics (the time from the
-        call's arrival at its handler to its answer or refusal, by pipeline and outcome) and the access log."""
+        """Run ``work()`` (for bytes that are no request: the refusal of them); map every failure to a status code
+        and a message; record metrics (the time from the call's arrival at its handler to its answer or refusal, by
+        pipeline and outcome) and the access log."""
+        if isinstance(request, Malformed):
+            work = request.refuse
         start = time.perf_counter()
         self.metrics.started.labels("unary", SERVICE_NAME, method).inc()
         code, message, fields, trailing, outcome = grpc.StatusCode.OK, "", {}, (), "ok"
@@ -217,7 +218,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             answer = results[0]
             return answer.response, {"pipeline": spec, "hits": len(answer.hits), "batch": answer.batch}
 
-        return await self._call("Search", request, context, request.refuse if isinstance(request, Malformed) else work)
+        return await self._call("Search", request, context, work)
 
     async def BatchSearch(self, request, context):
         async def work():
@@ -226,7 +227,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             spec, results = await self._answer(request, list(request.queries), context)
             return batch_response(spec, results), {"pipeline": spec, "queries": n}
 
-        return await self._call("BatchSearch", request, context, request.refuse if isinstance(request, Malformed) else work)
+        return await self._call("BatchSearch", request, context, work)
 
     def _replicas(self) -> list:
         """What Info says of the server's replicas (a server over one index has none to tell of)."""
@@ -255,7 +256,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                         for p in self.allowed if len(registry.parse(p)) > 1],
                 replicas=self._replicas()), {}
 
-        return await self._call("Info", request, context, request.refuse if isinstance(request, Malformed) else work)
+        return await self._call("Info", request, context, work)
 
 
 class Server:

@@ -4,6 +4,7 @@ batch size). A bad field is INVALID_ARGUMENT naming it, in a message that never 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import grpc
@@ -16,6 +17,7 @@ from weir.service.failures import Failure
 DEFAULT_K = 10
 
 
+@functools.lru_cache(maxsize=256)  # every call's pipeline (its check, its metrics label): the same few names
 def canonical(spec: str) -> str:
     """Pipeline ``spec`` as the service names it: its stages joined by ``>>`` (InputError for a bad one)."""
     return ">>".join(registry.parse(spec))
@@ -53,6 +55,12 @@ def check_request(request, limits: Limits, default_pipeline: str,
     if not 0 <= request.depth <= limits.max_depth:
         raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
                       f"depth must be between 0 and {limits.max_depth} (got {request.depth})")
+    return served_pipeline(request, limits, default_pipeline, allowed), k, request.depth or None
+
+
+def served_pipeline(request, limits: Limits, default_pipeline: str, allowed: Sequence[str]) -> str:
+    """The canonical name of the served pipeline ``request`` asks for (``default_pipeline`` when it names none);
+    Failure(INVALID_ARGUMENT) for a name too long, not valid or not served."""
     spec = request.pipeline.strip() or default_pipeline
     if len(spec) > limits.max_pipeline_chars:
         raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
@@ -64,7 +72,7 @@ def check_request(request, limits: Limits, default_pipeline: str,
     if spec not in allowed:
         raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
                       f"pipeline {short(spec)} is not served here; served: {', '.join(allowed)}")
-    return spec, k, request.depth or None
+    return spec
 
 
 def check_query(text: str, limits: Limits) -> str:
