@@ -3,7 +3,7 @@ byte, what protobuf writes when the response is filled one ``search_pb2.Hit`` pe
 before), but for the order of a hit's ``stage_scores`` entries (protobuf sets none; upb writes its hash table's, the
 bulk writer the stages' order): float32 and float64 scores, stage scores missing (NaN) for some hits, zero and
 negative zero scores, non-ASCII ids and ids with a NUL, ranks and lengths whose varints take two and three bytes,
-stored text or none."""
+stored text or none, a calibrated pipeline's relevance (an optional field: written when zero) or none."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def per_hit(spec: str, hits: list[Hit], documents: dict, timings: dict, batch: i
     for h in hits:
         doc = documents.get(h.doc_id)
         response.hits.append(search_pb2.Hit(doc_id=h.doc_id, score=h.score, rank=h.rank, stage_scores=h.stage_scores,
-                                            title=doc.title if doc else "", text=doc.text if doc else ""))
+                                            title=doc.title if doc else "", text=doc.text if doc else "",
+                                            relevance=h.relevance))
     for stage, seconds in timings.items():
         response.timings.append(search_pb2.StageTiming(stage=stage, milliseconds=seconds * 1000))
     return response
@@ -56,6 +57,8 @@ def rankings(rng: np.random.Generator) -> dict[str, Ranked]:
         "the special ids": Ranked(ids, np.arange(len(ids) - 4, len(ids), dtype=np.int32),
                                   np.array([3, 2, 1, 0], dtype=np.float32), {"bm25": np.array([3.0, 2, 1, 0])}),
         "an id with a NUL": Ranked.of_stage(with_nul, np.array([2, 0, 1]), np.array([1.5, 1, 0.5]), "bm25"),
+        "calibrated, a relevance of 0 included": Ranked.of_stage(ids, docs[:300], first[:300], "bm25").with_relevance(
+            np.r_[np.sort(rng.random(299))[::-1], 0.0]),
         "no hits": NO_HITS,
     }
 
@@ -98,7 +101,8 @@ def test_the_answers_of_a_batch_written_together_are_each_answers_bytes():
     other = rankings(rng)
     batch = [Ranked.of_stage(ids, rng.permutation(5000)[:n], np.sort(rng.random(n))[::-1].astype(dtype), "bm25")
              for n, dtype in ((1000, np.float32), (129, np.float64), (1, np.float32), (1000, np.float32))]
-    batch += [other["one stage, float32"], NO_HITS, other["fusion, float64, a stage missing for some hits"]]
+    batch += [other["one stage, float32"], NO_HITS, other["fusion, float64, a stage missing for some hits"],
+              batch[0].with_relevance(np.linspace(0.9, 0.1, 1000)), other["calibrated, a relevance of 0 included"]]
     results = [Answer.of(Item("q", i == 2), r, documents_of(r), TIMINGS, len(batch)) for i, r in enumerate(batch)]
     results.insert(2, ValueError("abandoned"))
     written = responses("bm25", results)

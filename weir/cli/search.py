@@ -21,19 +21,23 @@ def cmd_search(args) -> int:
     query = Query("q", " ".join(args.query))
     if not query.text.strip():
         raise InputError("the query is empty")
-    run = pipeline([query], k=args.k, depth=args.rerank_depth)
-    hits = run["q"]
+    run = pipeline([query], k=args.k, depth=args.rerank_depth, min_relevance=args.min_relevance)
+    hits = run["q"] if "q" in run else []
     docs = index.documents([h.doc_id for h in hits])
+    calibrated = pipeline.calibration is not None
     if args.format == "json":
-        print(json.dumps([{"rank": h.rank, "doc_id": h.doc_id, "score": h.score, "title": docs[h.doc_id].title,
+        print(json.dumps([{"rank": h.rank, "doc_id": h.doc_id, "score": h.score,
+                           **({"relevance": h.relevance} if calibrated else {}), "title": docs[h.doc_id].title,
                            "text": docs[h.doc_id].text} for h in hits], ensure_ascii=False, indent=1))
         return 0
     for h in hits:
         doc = docs.get(h.doc_id)
         title = doc.title if doc and doc.title else (doc.text[:100] + "…" if doc else "")
-        print(f"{h.rank:>3}  {h.score:8.4f}  {h.doc_id:<12}  {title}")
+        relevance = f"  P(rel) {h.relevance:.3f}" if calibrated else ""
+        print(f"{h.rank:>3}  {h.score:8.4f}{relevance}  {h.doc_id:<12}  {title}")
     stage_ms = ", ".join(f"{n} {t * 1000:.1f} ms" for n, t in run.timings.items())
-    print(f"({len(hits)} hits; {stage_ms})", file=sys.stderr)
+    cut = f"; cut at relevance {args.min_relevance}" if args.min_relevance is not None else ""
+    print(f"({len(hits)} hits{cut}; {stage_ms})", file=sys.stderr)
     return 0
 
 
@@ -51,12 +55,17 @@ def cmd_run(args) -> int:
     spec = args.pipeline if args.pipeline is not None else ("" if first else "bm25")
     pipeline = registry.build(spec, index, pipeline_options(args), first_stage=first)
     start = time.perf_counter()
-    run = pipeline.search(topics, args.k, depth=args.rerank_depth, remove_identical=args.remove_identical)
+    run = pipeline.search(topics, args.k, depth=args.rerank_depth, remove_identical=args.remove_identical,
+                          min_relevance=args.min_relevance)
     elapsed = time.perf_counter() - start
     run.write_trec(args.out, tag=args.tag or pipeline.name.replace(">>", "_"))
     stages = ", ".join(f"{n} {t / max(1, len(topics)) * 1000:.2f} ms/query" for n, t in run.timings.items())
     print(f"{len(topics)} queries, {run.hits_count()} hits -> {args.out} in {elapsed:.2f}s "
           f"({len(topics) / elapsed:.1f} queries/s; {stages})", file=sys.stderr)
+    if pipeline.calibration is not None:
+        sidecar = f"{args.out}.relevance.tsv"
+        if run.write_relevance(sidecar):
+            print(f"each hit's P(relevant) -> {sidecar}", file=sys.stderr)
     return 0
 
 
@@ -68,12 +77,20 @@ def cmd_pipelines(args) -> int:
     return 0
 
 
+def add_min_relevance(p) -> None:
+    p.add_argument("--min-relevance", type=float, default=None, metavar="P",
+                   help="return only the hits whose P(relevant) is at least P (0 to 1), possibly none: a pipeline "
+                   "calibrated over the index by `weir tune calibration` only. A calibrated pipeline's hits carry "
+                   "their P(relevant) whether or not this is given (`weir run`: in OUT.relevance.tsv)")
+
+
 def add_parsers(sub) -> None:
     s = sub.add_parser("search", help="search an index and print ranked hits with titles")
     s.add_argument("--index", required=True, help="index directory")
     s.add_argument("query", nargs="+", help="the query text")
     s.add_argument("-k", "--k", type=int, default=10, help="hits to show (default 10)")
     s.add_argument("--format", choices=("text", "json"), default="text")
+    add_min_relevance(s)
     add_pipeline_options(s)
     s.set_defaults(func=cmd_search)
 
@@ -86,6 +103,7 @@ def add_parsers(sub) -> None:
     r.add_argument("--remove-identical", action="store_true",
                    help="drop hits whose docid equals the qid (BEIR's ignore_identical_ids; needed for ArguAna)")
     r.add_argument("--tag", help="run tag in the TREC file (default: the pipeline name)")
+    add_min_relevance(r)
     add_pipeline_options(r)
     r.set_defaults(func=cmd_run, pipeline=None)
 

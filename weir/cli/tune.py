@@ -1,11 +1,13 @@
-"""`weir tune fusion`: hybrid fusion settings grid-searched on training topics, stored in the index."""
+"""`weir tune fusion` and `weir tune calibration`: hybrid fusion settings grid-searched, and each pipeline's mapping
+from scores to P(relevant) fitted, on training topics; both stored in the index (``<index>/tuning/``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from weir.cli.options import add_pipeline_options, pipeline_options
+from weir.cli.options import add_min_rel, add_pipeline_options, pipeline_options
+from weir.core.types import InputError
 
 
 def cmd_fusion(args) -> int:
@@ -28,6 +30,27 @@ def cmd_fusion(args) -> int:
     return 0
 
 
+def cmd_calibration(args) -> int:
+    from weir.indexer.index_dir import Index
+    from weir.ranker.calibration import calibration_path
+    from weir.training.calibration import tune_calibration
+
+    index = Index(args.index)
+    pipelines = [p.strip() for p in args.pipelines.split(",") if p.strip()]
+    if not pipelines:
+        raise InputError("--pipelines names no pipeline")
+    data = tune_calibration(index, pipelines, args.topics, args.qrels, options=pipeline_options(args),
+                            depth=args.fit_depth, min_rel=args.min_rel, remove_identical=args.remove_identical,
+                            allow_test_topics=args.allow_test_topics)
+    for spec in pipelines:
+        entry = data["pipelines"][">>".join(p.strip() for p in spec.split(">>"))]
+        f = entry["fit"]
+        print(f"{entry['identity']['pipeline']:>18}: {f['hits']} hits of {entry['tuned_on']['queries']} queries, "
+              f"{f['relevant']} relevant; on them: ECE@10 {f['ece_top10']:.4f}, log loss {f['log_loss']:.4f}")
+    print(f"-> {calibration_path(index)}", file=sys.stderr)
+    return 0
+
+
 def add_parsers(sub) -> None:
     tu = sub.add_parser("tune", help="tune pipeline settings on a training split").add_subparsers(
         dest="tune_command", required=True, metavar="WHAT")
@@ -43,3 +66,23 @@ def add_parsers(sub) -> None:
     tf.add_argument("--allow-test-topics", action="store_true", help=argparse.SUPPRESS)
     add_pipeline_options(tf, depth=False, pipeline=False)
     tf.set_defaults(func=cmd_fusion)
+
+    tc = tu.add_parser("calibration", help="fit each pipeline's mapping from its scores to P(relevant) on training "
+                       "judgments and store it in <index>/tuning/calibration.json: hits then carry `relevance`, and "
+                       "--min-relevance / min_relevance cut a ranking where it stops being likely relevant",
+                       description="Fit, for each pipeline, a logistic regression from a hit's score and its query's "
+                       "top scores (top score, gap, spread, the hit's z-score and rank, query length) to whether "
+                       "the training qrels judge it relevant. A pipeline is calibrated only with the options and "
+                       "models it was fitted with (a change leaves it uncalibrated, with a warning).")
+    tc.add_argument("--index", required=True, help="index directory")
+    tc.add_argument("--pipelines", required=True, help="pipelines to calibrate, comma-separated "
+                    "(e.g. dense,hybrid,hybrid>>ltr,bm25>>attention)")
+    tc.add_argument("--topics", required=True, help="TRAINING topics (never the test topics)")
+    tc.add_argument("--qrels", required=True, help="qrels of the training topics")
+    tc.add_argument("--fit-depth", type=int, default=20, help="hits a query fitted on (default 20)")
+    tc.add_argument("--remove-identical", action="store_true",
+                    help="drop hits whose docid equals the qid before fitting (BEIR's ignore_identical_ids; ArguAna)")
+    tc.add_argument("--allow-test-topics", action="store_true", help=argparse.SUPPRESS)
+    add_min_rel(tc, what="the calibration")
+    add_pipeline_options(tc, depth=True, pipeline=False)
+    tc.set_defaults(func=cmd_calibration)

@@ -8,8 +8,8 @@ per hit from them, and formatting a TREC line per hit, used to cost many times w
   in string order (ties broken by id without comparing strings), and the ordinal of given ids (fusion of stages whose
   numberings differ);
 - :class:`Ranked`: one query's hits as arrays, best first: ordinals into a :class:`DocIds`, the scores as the stage
-  computed them (float32 for an engine's, float64 for a fusion's), and the score of each stage by name (NaN where a
-  hit has none from that stage);
+  computed them (float32 for an engine's, float64 for a fusion's), the score of each stage by name (NaN where a
+  hit has none from that stage) and, from a calibrated pipeline, each hit's probability of being relevant;
 - :func:`trec_lines`: the TREC lines of many queries' :class:`Ranked` hits, formatted with numpy, byte for byte what
   ``f"{qid} Q0 {doc_id} {rank} {score:.6f} {tag}\\n"`` gives.
 
@@ -109,12 +109,14 @@ class DocIds:
 @dataclass(frozen=True, slots=True, eq=False)
 class Ranked:
     """One query's hits, best first: ``docs`` (ordinals of ``ids``), ``scores`` and each stage's scores by name,
-    aligned with ``docs`` (NaN: no score from that stage). A hit's rank is its position plus one."""
+    aligned with ``docs`` (NaN: no score from that stage); ``relevance``, each hit's P(relevant) when a calibrated
+    pipeline made them (:mod:`weir.ranker.calibration`), else None. A hit's rank is its position plus one."""
 
     ids: DocIds
     docs: np.ndarray
     scores: np.ndarray
     stages: Mapping[str, np.ndarray] = field(default_factory=dict)
+    relevance: np.ndarray | None = None
 
     @classmethod
     def of_stage(cls, ids: DocIds, docs: np.ndarray, scores: np.ndarray, name: str) -> Ranked:
@@ -128,7 +130,14 @@ class Ranked:
         """The hits at ``index`` (a slice, positions or a mask), in that order."""
         scores = self.scores[index]
         stages = {n: scores if a is self.scores else a[index] for n, a in self.stages.items()}
-        return Ranked(self.ids, self.docs[index], scores, stages)
+        return Ranked(self.ids, self.docs[index], scores, stages,
+                      None if self.relevance is None else self.relevance[index])
+
+    def with_relevance(self, relevance: np.ndarray | None) -> Ranked:
+        """These hits with ``relevance`` (one per hit, or None)."""
+        if relevance is not None and len(relevance) != len(self.docs):
+            raise ValueError(f"{len(relevance)} relevance values for {len(self.docs)} hits")
+        return Ranked(self.ids, self.docs, self.scores, self.stages, relevance)
 
     def doc_ids(self) -> list[str]:
         return self.ids.of(self.docs)

@@ -42,6 +42,7 @@ class Hit:
     stage_scores: dict[str, float] = field(default_factory=dict)
     title: str | None = None
     text: str | None = None
+    relevance: float | None = None  # P(relevant), from a calibrated pipeline (weir.ranker.calibration)
 
 
 class Run(MutableMapping[str, list[Hit]]):
@@ -92,8 +93,10 @@ class Run(MutableMapping[str, list[Hit]]):
         names = list(dict.fromkeys(n for h in hits for n in h.stage_scores))
         nan = float("nan")
         stages = {n: np.array([h.stage_scores.get(n, nan) for h in hits], dtype=np.float64) for n in names}
+        relevance = (np.array([h.relevance for h in hits], dtype=np.float64)
+                     if hits and all(h.relevance is not None for h in hits) else None)
         return Ranked(DocIds([h.doc_id for h in hits]), np.arange(len(hits)),
-                      np.array([h.score for h in hits], dtype=np.float64), stages)
+                      np.array([h.score for h in hits], dtype=np.float64), stages, relevance)
 
     def ranked(self) -> Run:
         """Sort each query's hits by descending score (ties by docid, for determinism) and renumber ranks from 1."""
@@ -154,6 +157,26 @@ class Run(MutableMapping[str, list[Hit]]):
             _write_lines(f, batch, tag)
         os.replace(tmp, path)
 
+    def write_relevance(self, path: str | os.PathLike) -> int:
+        """Write each hit's P(relevant) (a calibrated pipeline's run) as ``qid<TAB>docid<TAB>rank<TAB>relevance``
+        lines, atomically, in the order of the TREC run; returns the lines written (0: no hit carries one, and
+        nothing is written)."""
+        rows = []
+        for qid in self._queries:
+            hits = self.ranking(qid)
+            if hits.relevance is None:
+                continue
+            rows += [f"{qid}\t{d}\t{r}\t{p:.6f}\n"
+                     for r, (d, p) in enumerate(zip(hits.doc_ids(), hits.relevance.tolist()), start=1)]
+        if not rows:
+            return 0
+        path = os.fspath(path)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(rows)
+        os.replace(tmp, path)
+        return len(rows)
+
     @classmethod
     def read_trec(cls, path: str | os.PathLike) -> Run:
         run = cls()
@@ -197,7 +220,11 @@ def _write_lines(f, batch: list[tuple[str, Ranked]], tag: str) -> None:
 def _hits(ranked: Ranked) -> list[Hit]:
     """The ``Hit`` objects of a query's arrays (ranks from 1), made in bulk."""
     values = ranked.scores.tolist()
-    return list(map(Hit, ranked.doc_ids(), values, range(1, len(values) + 1), ranked.stage_dicts(values)))
+    hits = list(map(Hit, ranked.doc_ids(), values, range(1, len(values) + 1), ranked.stage_dicts(values)))
+    if ranked.relevance is not None:
+        for hit, p in zip(hits, ranked.relevance.tolist()):
+            hit.relevance = p
+    return hits
 
 
 def replace_hit(hit: Hit, **changes) -> Hit:

@@ -8,6 +8,7 @@ registry is usable everywhere at once.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -25,7 +26,9 @@ from weir.ranker.options import (
     PipelineOptions,
     RerankerOptions,
 )
+from weir.ranker.calibration import Calibration, calibration_for
 from weir.ranker.stage import Pipeline, Reranker, Retriever, Stage
+from weir.core.provenance import sha256_file
 from weir.core.runtime import shipped_model
 from weir.core.types import InputError
 
@@ -198,6 +201,48 @@ def reranker_model(name: str, index: Index, options: PipelineOptions, after: Seq
     return ltr_model_for(index, after) if name == "ltr" else entry.model
 
 
+SCORE_NEUTRAL = ("device", "backend", "batch_size")  # options that change where a stage runs, not its scores
+
+
+def score_identity(spec: str, index: Index, options: PipelineOptions | None = None) -> dict[str, Any]:
+    """What the scores of pipeline ``spec`` over ``index`` depend on, found without building it: the options of each
+    stage it runs (the fused ones of a fusion included; not where they run), the fusion settings in effect (tuned or
+    given), and the sha256 of each reranker's model card. A calibration fitted on the scores of one identity
+    (:mod:`weir.ranker.calibration`) calibrates no other."""
+    from weir.ranker.retrievers.hybrid import hybrid_settings, impact_fusion_settings
+
+    options = options or PipelineOptions()
+    names = parse(spec)
+    stages, fusion = list(names), {}
+    if "hybrid" in names:
+        fusion["hybrid"] = {k: v for k, v in hybrid_settings(index, options.hybrid).items() if k != "tuned"}
+        stages += fusion["hybrid"]["stages"]
+    if "deepimpact+bm25" in names:
+        fusion["deepimpact+bm25"] = impact_fusion_settings(index, options.deepimpact_bm25)
+        stages += ["deepimpact", "bm25"]
+    own = {}
+    for name in dict.fromkeys(stages):
+        entry = FIRST_STAGES.get(name) or RERANKERS[name]
+        own[name] = {k: v for k, v in dataclasses.asdict(getattr(options, entry.options)).items()
+                     if k not in SCORE_NEUTRAL and k != "model"}
+    models = {}
+    for i, name in enumerate(names):
+        if name in RERANKERS:
+            given = reranker_model(name, index, options, names[:i])
+            folder = given if os.path.isdir(given) else shipped_model(given)
+            card = os.path.join(folder, "card.json")
+            models[name] = sha256_file(card) if os.path.isfile(card) else os.path.basename(os.path.normpath(folder))
+    dense_model = options.dense.model if "dense" in stages else None
+    return {"pipeline": ">>".join(names), "options": own, "fusion": fusion, "models": models,
+            "dense_model": dense_model}
+
+
+def calibration(spec: str, index: Index, options: PipelineOptions | None = None) -> Calibration | None:
+    """The calibration of pipeline ``spec`` that ``index`` holds for these options (None when it has none, or one
+    fitted for other scores)."""
+    return calibration_for(index, ">>".join(parse(spec)), lambda: score_identity(spec, index, options))
+
+
 def components(spec: str) -> list[str]:
     """The index components pipeline ``spec`` reads (what its stages require, and what they read where the index has
     it), in stage order."""
@@ -274,7 +319,8 @@ def build(spec: str, index: Index, options: PipelineOptions | None = None, *,
         return Pipeline([first_stage] + [build_stage(n, index, options, names[:i], shared)
                                          for i, n in enumerate(names) if i])
     names = parse(spec)
-    return Pipeline([build_stage(n, index, options, names[:i], shared) for i, n in enumerate(names)])
+    return Pipeline([build_stage(n, index, options, names[:i], shared) for i, n in enumerate(names)],
+                    calibration=calibration(spec, index, options))
 
 
 def pipeline(spec: str, index: Index | str | os.PathLike, options: PipelineOptions | None = None,

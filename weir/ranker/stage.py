@@ -69,34 +69,72 @@ class Reranker(Stage):
 
 
 class Pipeline(Stage):
-    """A first stage followed by zero or more rerankers, run on a whole batch of queries."""
+    """A first stage followed by zero or more rerankers, run on a whole batch of queries. With a ``calibration``
+    (:class:`weir.ranker.calibration.Calibration`, which the registry attaches when the index holds one fitted for
+    this pipeline) each hit carries its probability of being relevant, and ``min_relevance`` keeps only the hits at or
+    above it."""
 
-    def __init__(self, stages: Sequence[Stage]):
+    def __init__(self, stages: Sequence[Stage], calibration=None):
         if not stages:
             raise ValueError("a pipeline needs at least one stage")
         self.stages = list(stages)
         self.name = ">>".join(s.name for s in self.stages)
+        self.calibration = calibration
 
     def __rshift__(self, other: Stage) -> Pipeline:
         others = other.stages if isinstance(other, Pipeline) else [other]
         return Pipeline(self.stages + others)
 
     def describe(self) -> dict:
-        return {"name": self.name, "stages": [s.describe() for s in self.stages]}
+        out = {"name": self.name, "stages": [s.describe() for s in self.stages]}
+        if self.calibration is not None:
+            out["calibration"] = dict(self.calibration.record)
+        return out
 
     def clear_caches(self) -> None:
         for stage in self.stages:
             stage.clear_caches()
 
     def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000,
-                 depth: int | None = None, keep: Callable[[Sequence[Query]], Sequence[Query]] | None = None) -> Run:
+                 depth: int | None = None, keep: Callable[[Sequence[Query]], Sequence[Query]] | None = None,
+                 min_relevance: float | None = None) -> Run:
         """Run every stage; ``depth`` (when given) overrides how many candidates each reranker rescores.
 
         ``keep``, when given, is asked before each stage which of the queries still want an answer (a service drops
         those whose caller has gone or whose deadline passed); the others' work stops there, and a run without them
-        comes back (an empty one when none is left)."""
+        comes back (an empty one when none is left). ``min_relevance``: only the hits at or above it (a calibrated
+        pipeline only)."""
+        self._check_cutoff(min_relevance)
+        run = self._stages_run(queries, run, k=self._asked(k), depth=depth, keep=keep)
+        return run if self.calibration is None else self._calibrated(queries, run, k, min_relevance)
+
+    def _check_cutoff(self, min_relevance: float | None) -> None:
+        from weir.ranker.calibration import check_min_relevance
+
+        if check_min_relevance(min_relevance) is not None and self.calibration is None:
+            raise InputError(f"pipeline {self.name} is not calibrated over this index, so it has no relevance to cut "
+                             "at: fit it with `weir tune calibration` on training topics")
+
+    def _asked(self, k: int) -> int:
+        """How many hits the stages make for ``k``: a calibrated pipeline reads at least its window of scores."""
         if k < 1:
             raise InputError(f"k, the hits per query, must be at least 1 (got {k})")
+        return k if self.calibration is None else max(k, self.calibration.window)
+
+    def _calibrated(self, queries: Sequence[Query], run: Run, k: int, min_relevance: float | None) -> Run:
+        """``run``'s top ``k`` hits a query, with their relevance and cut at ``min_relevance`` when calibrated."""
+        if self.calibration is None:
+            return run.truncated(k)
+        from weir.ranker.calibration import cut
+
+        out = self.calibration.apply(queries, run).truncated(k)
+        if min_relevance is not None:
+            for qid in out:
+                out[qid] = cut(out.ranking(qid), min_relevance)
+        return out
+
+    def _stages_run(self, queries: Sequence[Query], run: Run | None, *, k: int, depth: int | None,
+                    keep: Callable[[Sequence[Query]], Sequence[Query]] | None) -> Run:
         timings: dict[str, float] = {}
         for i, stage in enumerate(self.stages):
             if keep is not None:
@@ -119,16 +157,15 @@ class Pipeline(Stage):
         return run
 
     def search(self, queries: Sequence[Query], k: int, *, depth: int | None = None,
-               remove_identical: bool = False) -> Run:
+               remove_identical: bool = False, min_relevance: float | None = None) -> Run:
         """Run the pipeline over ``queries`` for ``k`` hits each; with ``remove_identical``, hits whose docid equals
         the qid are dropped after retrieval (BEIR's ignore_identical_ids, for ArguAna), one more hit fetched so that
-        ``k`` remain. The run keeps the stages' timings."""
-        run = self(queries, k=k + (1 if remove_identical else 0), depth=depth)
-        if remove_identical:
-            timings = run.timings
-            run = run.without_identical_ids().truncated(k)
-            run.timings = timings
-        return run
+        ``k`` remain, and before the hits' relevance is read from the scores. The run keeps the stages' timings."""
+        if not remove_identical:
+            return self(queries, k=k, depth=depth, min_relevance=min_relevance)
+        self._check_cutoff(min_relevance)
+        run = self._stages_run(queries, None, k=self._asked(k) + 1, depth=depth, keep=None)
+        return self._calibrated(queries, run.without_identical_ids(), k, min_relevance)
 
 
 class CandidateRun(Retriever):

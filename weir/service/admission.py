@@ -68,7 +68,8 @@ class Admission:
         if self.draining:
             raise Failure(grpc.StatusCode.UNAVAILABLE, "the server is shutting down; try another replica")
 
-    async def run(self, key: Hashable, texts: Sequence[str], include_text: bool, remaining: float | None) -> list:
+    async def run(self, key: Hashable, texts: Sequence[str], include_text: bool, remaining: float | None,
+                  min_relevance: float | None = None) -> list:
         """Admit one call and run its ``texts`` in batches of ``key`` within ``remaining`` seconds (None: no
         deadline); their results in order. Failure(RESOURCE_EXHAUSTED) beyond the limit, Failure(DEADLINE_EXCEEDED)
         when the deadline passes first; what a batch raises is raised here."""
@@ -80,7 +81,7 @@ class Admission:
                           reason="overload")
         self.check_time(key, len(texts), remaining)
         deadline = time.monotonic() + remaining if remaining is not None else None
-        items = [Item(t, include_text, deadline) for t in texts]
+        items = [Item(t, include_text, deadline, min_relevance) for t in texts]
         self.admitted += 1
         self.idle.clear()
         self.metrics.in_flight.set(self.admitted)

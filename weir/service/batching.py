@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Item:
-    """One query waiting for a batch: its text, whether its hits need text, and when its caller stops waiting."""
+    """One query waiting for a batch: its text, whether its hits need text, when its caller stops waiting, and the
+    relevance its hits are cut at."""
 
     query: str
     include_text: bool = False
     deadline: float | None = None  # time.monotonic()
+    min_relevance: float | None = None  # only the hits at or above it (a calibrated pipeline's)
     abandoned: threading.Event = field(default_factory=threading.Event)
     enqueued: float = field(default_factory=time.monotonic)
 

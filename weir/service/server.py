@@ -37,6 +37,7 @@ from grpc_reflection.v1alpha import reflection
 from weir.core.types import InputError, Query
 from weir.indexer.index_dir import Index
 from weir.ranker import registry
+from weir.ranker.calibration import cut
 from weir.ranker.options import PipelineOptions
 from weir.service.admission import Admission, Costs
 from weir.service.answers import NO_HITS, Answer, Malformed, add_to_server, batch_response, responses
@@ -47,8 +48,8 @@ from weir.service.failures import Failure, public
 from weir.service.metrics import Metrics
 from weir.service.process import freeze_long_lived, jvm_heap_for
 from weir.service.stubs import search_pb2, search_pb2_grpc
-from weir.service.validation import (canonical, check_batch, check_query, check_request, served_pipeline,
-                                     served_pipelines)
+from weir.service.validation import (canonical, check_batch, check_min_relevance, check_query, check_request,
+                                     served_pipeline, served_pipelines)
 
 log = logging.getLogger("weir.service")
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
@@ -73,6 +74,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         self.directories = [(index.path, "<index>")]  # hidden from error messages
         allowed = served_pipelines(config.pipelines, config.default_pipeline,
                                    lambda: registry.supported(index, options))
+        self.calibrated = tuple(spec for spec in allowed if registry.calibration(spec, index, options) is not None)
         self._start(config, metrics, allowed, "weir-pipeline")
 
     def _start(self, config: ServiceConfig, metrics: Metrics, allowed: tuple[str, ...], thread_prefix: str) -> None:
@@ -150,6 +152,8 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                 out.append(Abandoned())
                 continue
             hits = run.ranking(q.id) if q.id in run else NO_HITS
+            if item.min_relevance is not None:
+                hits = cut(hits, item.min_relevance)
             out.append(Answer.of(item, hits, docs, run.timings, len(items)))
         return responses(spec, out)
 
@@ -163,9 +167,11 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         """Admit, validate and run ``texts`` through the request's pipeline; an answer per text."""
         self.admission.check_open()
         spec, k, depth = self._check(request)
+        cutoff = check_min_relevance(request, spec, self.calibrated)
         texts = [check_query(t, self.limits) for t in texts]
         try:
-            results = await self.admission.run((spec, k, depth), texts, request.include_text, context.time_remaining())
+            results = await self.admission.run((spec, k, depth), texts, request.include_text, context.time_remaining(),
+                                               cutoff)
         except InputError as e:  # e.g. a pipeline whose model or index component is missing
             raise Failure(grpc.StatusCode.FAILED_PRECONDITION, public(str(e), self.directories)) from None
         return spec, results
@@ -254,7 +260,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
                 models=[search_pb2.PipelineModels(pipeline=p, models=registry.reranker_models(p, self.index,
                                                                                               self.options))
                         for p in self.allowed if len(registry.parse(p)) > 1],
-                replicas=self._replicas()), {}
+                replicas=self._replicas(), calibrated_pipelines=list(self.calibrated)), {}
 
         return await self._call("Info", request, context, work)
 

@@ -75,6 +75,22 @@ def served_pipeline(request, limits: Limits, default_pipeline: str, allowed: Seq
     return spec
 
 
+def check_min_relevance(request, spec: str, calibrated: Sequence[str]) -> float | None:
+    """The request's ``min_relevance`` (None when not set); Failure(INVALID_ARGUMENT) for a value outside 0..1 or a
+    pipeline ``spec`` that is not among the ``calibrated`` ones (it has no relevance to cut at)."""
+    if not request.HasField("min_relevance"):
+        return None
+    value = request.min_relevance
+    if not 0.0 <= value <= 1.0:
+        raise Failure(grpc.StatusCode.INVALID_ARGUMENT, f"min_relevance is a probability, 0 to 1 (got {value:g})")
+    if spec not in calibrated:
+        raise Failure(grpc.StatusCode.INVALID_ARGUMENT,
+                      f"pipeline {short(spec)} is not calibrated on this server, so its hits have no relevance for "
+                      f"min_relevance to cut at; calibrated: {', '.join(calibrated) or 'none'} "
+                      "(`weir tune calibration` calibrates a pipeline over an index)")
+    return float(value)
+
+
 def check_query(text: str, limits: Limits) -> str:
     """``text`` stripped; Failure(INVALID_ARGUMENT) when it is empty, too long or of too many distinct words."""
     from weir.indexer.weighting.terms import words

@@ -32,7 +32,7 @@ Part = tuple[np.ndarray, np.ndarray | None]
 Column = tuple[np.ndarray, np.ndarray]
 
 # field tags: (number << 3) | wire type (0 varint, 2 length-delimited, 5 fixed 32-bit)
-HIT_DOC_ID, HIT_SCORE, HIT_RANK, HIT_TITLE, HIT_TEXT, HIT_STAGE = 0x0A, 0x15, 0x18, 0x22, 0x2A, 0x32
+HIT_DOC_ID, HIT_SCORE, HIT_RANK, HIT_TITLE, HIT_TEXT, HIT_STAGE, HIT_RELEVANCE = 0x0A, 0x15, 0x18, 0x22, 0x2A, 0x32, 0x3D
 ENTRY_KEY, ENTRY_VALUE = 0x0A, 0x15
 RESPONSE_HITS = BATCH_RESULTS = 0x0A
 _LIMITS = (1 << 7, 1 << 14, 1 << 21, 1 << 28)
@@ -166,12 +166,16 @@ def _stage(name: str, values: np.ndarray, bits: np.ndarray | None = None) -> Par
 
 
 def hit_parts(ranked: Ranked, rank: Part) -> tuple[list[Part], list[Part]]:
-    """The parts of each hit's ``Hit`` before its title (id, score, ``rank``) and after its text (stage scores)."""
+    """The parts of each hit's ``Hit`` before its title (id, score, ``rank``) and after its text (stage scores, then
+    the relevance of a calibrated pipeline's hits: an ``optional`` field, written whatever its value)."""
     score = floats(bytes([HIT_SCORE]), ranked.scores)
     zero = ~score[1:].any(axis=0)  # +0.0 is not written, -0.0 is
     before = [*_ids(ranked), (score, np.where(zero, 0, 5) if zero.any() else None), rank]
-    return before, [_stage(name, values, score[1:] if values is ranked.scores else None)
-                    for name, values in ranked.stages.items()]
+    after = [_stage(name, values, score[1:] if values is ranked.scores else None)
+             for name, values in ranked.stages.items()]
+    if ranked.relevance is not None:
+        after.append((floats(bytes([HIT_RELEVANCE]), ranked.relevance), None))
+    return before, after
 
 
 def _together(rankeds: Sequence[Ranked]) -> tuple[Ranked, Part]:
@@ -186,7 +190,8 @@ def _together(rankeds: Sequence[Ranked]) -> tuple[Ranked, Part]:
               else np.concatenate([r.stages[name] for r in rankeds]) for name in first.stages}
     rows, lengths = ranks(max(counts))
     position = np.arange(len(scores)) - np.repeat(np.cumsum(counts) - counts, counts)
-    together = Ranked(first.ids, np.concatenate([r.docs for r in rankeds]), scores, stages)
+    relevance = None if first.relevance is None else np.concatenate([r.relevance for r in rankeds])
+    together = Ranked(first.ids, np.concatenate([r.docs for r in rankeds]), scores, stages, relevance)
     return together, (rows.take(position, axis=1), None if lengths is None else lengths.take(position))
 
 
@@ -197,7 +202,7 @@ def hits_fields(rankeds: Sequence[Ranked]) -> list[bytes]:
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(rankeds):
         if len(r):
-            groups.setdefault((id(r.ids), tuple(r.stages)), []).append(i)
+            groups.setdefault((id(r.ids), tuple(r.stages), r.relevance is None), []).append(i)
     for members in groups.values():
         before, after = hit_parts(*_together([rankeds[i] for i in members]))
         parts = [field(RESPONSE_HITS, sizes(before + after), keep_empty=True), *before, *after]

@@ -111,6 +111,15 @@ class TrainingSet:
         return {k: getattr(self, k) for k in fields}
 
 
+def check_training_topics(index, topics_path: str, allow_test_topics: bool = False) -> None:
+    """InputError when ``topics_path`` is the evaluation (test) topics of the collection ``index`` was built from:
+    what a tuner fits must never see them (``allow_test_topics`` only for a deliberate oracle experiment)."""
+    collection_root = Path(index.manifest["collection"]["path"])
+    if not allow_test_topics and Path(topics_path).resolve() == (collection_root / "queries.tsv").resolve():
+        raise InputError(f"{topics_path} is the collection's evaluation (test) topics: tune on a training split "
+                         "(e.g. queries.train.tsv); pass --allow-test-topics only for a deliberate oracle experiment")
+
+
 def seeds_of_members(seed: int, members: int) -> list[int]:
     """The seeds of a model of several members that differ only in their seed (`weir train ltr|deepimpact|deepct
     --members N`): ``seed``, ``seed + 1000``, ..."""

@@ -21,6 +21,7 @@ from weir.ranker.retrievers.hybrid import DEFAULT_DEPTH, DEFAULT_STAGES, RRF_K, 
 from weir.core.provenance import sha256_file, utc_now, write_json
 from weir.core.trec import read_qrels, read_topics
 from weir.core.types import InputError, Run
+from weir.training.common import check_training_topics
 
 WEIGHT_GRID = tuple(round(i / 20, 2) for i in range(21))  # weight of the last stage; the others share the rest
 RRF_K_GRID = (10, 20, 40, 60, 100)
@@ -103,10 +104,7 @@ def tune_fusion(index, topics_path: str, qrels_path: str, *, stages: Sequence[st
     """Grid-search fusion settings on training topics; write ``tuning/fusion.json`` into the index; return it."""
     from weir.ranker import registry
 
-    collection_root = Path(index.manifest["collection"]["path"])
-    if not allow_test_topics and Path(topics_path).resolve() == (collection_root / "queries.tsv").resolve():
-        raise InputError(f"{topics_path} is the collection's evaluation (test) topics: tune on a training split "
-                         "(e.g. queries.train.tsv); pass --allow-test-topics only for a deliberate oracle experiment")
+    check_training_topics(index, topics_path, allow_test_topics)
     stages = list(stages)
     if len(stages) < 2:
         raise InputError("fusion needs two or more stages")

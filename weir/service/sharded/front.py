@@ -47,6 +47,7 @@ class ShardedSearchService(SearchService):
         self.searchers, self.rerankers = searchers, rerankers
         self.watch = watch  # the deployments' replicas (None: not watched; every call is sent)
         self.directories = [(shard.path, "<shard>") for shard in plan.shards]  # hidden from error messages
+        self.calibrated = ()  # a calibration is fitted over one index's scores: a shard set's are not calibrated
         self._start(config, metrics, plan.served, "weir-front")
 
     def _check(self, request):
