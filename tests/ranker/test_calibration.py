@@ -95,6 +95,8 @@ def test_set_measures_count_an_empty_answer_right_only_where_nothing_is_relevant
     assert m["a"] == {"precision": 0.5, "recall": 1.0, "kept": 2}
     assert m["b"]["precision"] == 1.0 and m["b"]["recall"] != m["b"]["recall"]  # nothing to find: NaN recall
     assert m["c"]["precision"] == 0.0 and m["c"]["recall"] == 0.0
+    # nothing relevant among the hits chosen from: an empty answer is right
+    assert set_measures({"c": []}, qrels, candidates={"c": ["d1", "d9"]})["c"]["precision"] == 1.0
 
 
 class _Index:

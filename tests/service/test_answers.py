@@ -137,3 +137,15 @@ def test_the_rank_field_of_every_length(n):
     lengths = np.full(n, len(rows)) if lengths is None else lengths
     assert [rows[:lengths[i], i].tobytes() for i in (0, n - 1)] == [b"\x18" + wire.varint(r) for r in (1, n)]
     assert len(rows) == int(lengths.max())
+
+
+def test_explained_hits_are_the_bytes_of_the_per_hit_response_with_their_reasons():
+    ids = DocIds(["a", "b", "c"])
+    hits = Ranked(ids, np.array([2, 0, 1]), np.array([3.0, 2.0, 1.0]), {"hybrid": np.array([3.0, 2.0, 1.0])}, None,
+                  {"hybrid:bm25": np.array([2.0, 0.5, 1.0]), "hybrid:dense": np.array([1.0, 1.5, 0.0])})
+    answer = Answer.of(Item("q", True), hits, {"c": Document("c", "C", "text c")}, {}, 1)
+    expected = per_hit("hybrid", Run({"q": hits})["q"], answer.documents, {}, 1)
+    for h, reasons in zip(expected.hits, hits.top_reasons()):
+        h.reasons.extend(search_pb2.Reason(stage=s, part=p, contribution=v) for s, p, v in reasons)
+    assert same(search_response("hybrid", answer), expected)
+    assert [(r.part, r.contribution) for r in expected.hits[0].reasons] == [("bm25", 2.0), ("dense", 1.0)]

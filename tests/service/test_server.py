@@ -345,3 +345,21 @@ def test_request_bytes_that_do_not_parse_get_invalid_argument(server, client, me
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
     assert f"not a valid {method}Request message" in info.value.details()
     assert client.health() == "SERVING"
+
+
+def test_explained_hits_carry_reasons_that_add_up_to_each_stage_score(client):
+    """explain: a fusion's stages' shares and LTR's feature contributions, per hit, summing to the stage's score
+    (float32 on the wire); the same hits as without explain; a pipeline that cannot explain answers without."""
+    for pipeline, stage in (("hybrid", "hybrid"), ("bm25>>ltr", "ltr")):
+        plain = client.search("coffee and liver disease", k=5, pipeline=pipeline)
+        explained = client.search("coffee and liver disease", k=5, pipeline=pipeline, explain=True)
+        assert [h.doc_id for h in explained.hits] == [h.doc_id for h in plain.hits]
+        assert not any(h.reasons for h in plain.hits)
+        for h in explained.hits:
+            parts = [r for r in h.reasons if r.stage == stage]
+            assert parts and sum(r.contribution for r in parts) == pytest.approx(h.stage_scores[stage], abs=1e-4)
+            if stage == "ltr":  # five features, the bias, the rest
+                assert [r.part for r in parts][-2:] == ["(bias)", "(other parts)"] and len(parts) == 7
+    assert not any(h.reasons for h in client.search("coffee", k=3, explain=True).hits)  # bm25 has no parts
+    batch = client.batch_search(["coffee and liver disease", "caffeine sleep"], k=3, pipeline="hybrid", explain=True)
+    assert all(h.reasons for r in batch.results for h in r.hits)

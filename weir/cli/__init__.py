@@ -8,10 +8,10 @@ import argparse
 import os
 import sys
 
-from weir.cli import evaluate, index, quality, search, serve, train, tune
+from weir.cli import evaluate, explain, index, quality, search, serve, train, tune
 from weir.core.types import InputError
 
-GROUPS = (index, search, evaluate, serve, tune, train, quality)
+GROUPS = (index, search, explain, evaluate, serve, tune, train, quality)
 
 
 def parser() -> argparse.ArgumentParser:

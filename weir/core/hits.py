@@ -9,7 +9,8 @@ per hit from them, and formatting a TREC line per hit, used to cost many times w
   numberings differ);
 - :class:`Ranked`: one query's hits as arrays, best first: ordinals into a :class:`DocIds`, the scores as the stage
   computed them (float32 for an engine's, float64 for a fusion's), the score of each stage by name (NaN where a
-  hit has none from that stage) and, from a calibrated pipeline, each hit's probability of being relevant;
+  hit has none from that stage), from a calibrated pipeline each hit's probability of being relevant, and when asked
+  to explain, what each stage's score of a hit is made of;
 - :func:`trec_lines`: the TREC lines of many queries' :class:`Ranked` hits, formatted with numpy, byte for byte what
   ``f"{qid} Q0 {doc_id} {rank} {score:.6f} {tag}\\n"`` gives.
 
@@ -27,6 +28,7 @@ import numpy as np
 from weir.core.strings import StringTable
 
 SCALE = 10 ** 6  # the TREC writer's six decimals
+BIAS_PART, OTHER_PARTS = "(bias)", "(other parts)"  # the reasons of a score that no single part names
 
 
 class DocIds:
@@ -110,13 +112,17 @@ class DocIds:
 class Ranked:
     """One query's hits, best first: ``docs`` (ordinals of ``ids``), ``scores`` and each stage's scores by name,
     aligned with ``docs`` (NaN: no score from that stage); ``relevance``, each hit's P(relevant) when a calibrated
-    pipeline made them (:mod:`weir.ranker.calibration`), else None. A hit's rank is its position plus one."""
+    pipeline made them (:mod:`weir.ranker.calibration`), else None; ``reasons``, when a pipeline was asked to explain,
+    the parts of each explaining stage's score by ``"stage:part"`` (a fusion's stages' shares, an LTR model's feature
+    contributions and its bias), which add up to that stage's score (NaN: that stage did not score the hit). A hit's
+    rank is its position plus one."""
 
     ids: DocIds
     docs: np.ndarray
     scores: np.ndarray
     stages: Mapping[str, np.ndarray] = field(default_factory=dict)
     relevance: np.ndarray | None = None
+    reasons: Mapping[str, np.ndarray] | None = None
 
     @classmethod
     def of_stage(cls, ids: DocIds, docs: np.ndarray, scores: np.ndarray, name: str) -> Ranked:
@@ -131,16 +137,42 @@ class Ranked:
         scores = self.scores[index]
         stages = {n: scores if a is self.scores else a[index] for n, a in self.stages.items()}
         return Ranked(self.ids, self.docs[index], scores, stages,
-                      None if self.relevance is None else self.relevance[index])
+                      None if self.relevance is None else self.relevance[index],
+                      None if self.reasons is None else {n: a[index] for n, a in self.reasons.items()})
 
     def with_relevance(self, relevance: np.ndarray | None) -> Ranked:
         """These hits with ``relevance`` (one per hit, or None)."""
         if relevance is not None and len(relevance) != len(self.docs):
             raise ValueError(f"{len(relevance)} relevance values for {len(self.docs)} hits")
-        return Ranked(self.ids, self.docs, self.scores, self.stages, relevance)
+        return Ranked(self.ids, self.docs, self.scores, self.stages, relevance, self.reasons)
 
     def doc_ids(self) -> list[str]:
         return self.ids.of(self.docs)
+
+    def top_reasons(self, top: int = 5) -> list[list[tuple[str, str, float]]]:
+        """Each hit's reasons as ``(stage, part, contribution)``: per explaining stage (in their order), its ``top``
+        parts largest in magnitude (a bias apart), then the bias, then the rest summed as ``(other parts)``, so that
+        a stage's reasons add up to its score of the hit. No reasons where none were kept."""
+        if not self.reasons:
+            return [[] for _ in range(len(self.docs))]
+        by_stage: dict[str, list[tuple[str, np.ndarray]]] = {}
+        for key, values in self.reasons.items():
+            stage, _, part = key.partition(":")
+            by_stage.setdefault(stage, []).append((part, values))
+        out: list[list[tuple[str, str, float]]] = [[] for _ in range(len(self.docs))]
+        for stage, parts in by_stage.items():
+            bias = [(n, v) for n, v in parts if n == BIAS_PART]
+            named = [(n, v) for n, v in parts if n != BIAS_PART]
+            matrix = np.stack([v for _, v in named], axis=1)
+            for i, row in enumerate(matrix):
+                if np.isnan(row).all():
+                    continue  # this stage did not score the hit
+                order = np.argsort(-np.abs(row), kind="stable")
+                out[i] += [(stage, named[j][0], float(row[j])) for j in order[:top]]
+                out[i] += [(stage, BIAS_PART, float(v[i])) for _, v in bias]
+                if len(order) > top:
+                    out[i].append((stage, OTHER_PARTS, float(row[order[top:]].sum())))
+        return out
 
     def sorted(self) -> Ranked:
         """Best first by score, ties by id (the order of :meth:`weir.core.types.Run.ranked`)."""

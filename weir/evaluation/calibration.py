@@ -3,9 +3,9 @@
 - :func:`judged_hits`: the top hits of a run with their relevance and whether the qrels call them relevant, as arrays;
 - :func:`expected_calibration_error` and :func:`reliability`: the standard equal-width binning (10 bins) of
   predicted probabilities against the observed share of relevant hits (ECE: the bins' gaps weighted by their hits);
-- :func:`set_measures`: per query, the set precision and recall of the hits a cutoff keeps (a query with none kept
-  has precision 0 when it has a relevant hit in the qrels and 1 when it has none: returning nothing for a query with
-  nothing to find is right), what a per-query cutoff is judged by.
+- :func:`set_measures`: per query, the set precision and recall of the hits a cutoff keeps, what a per-query cutoff
+  is judged by. A query with none kept has precision 1 when none of the hits the cutoff chose from is relevant
+  (returning nothing where there was nothing to find is right) and 0 otherwise.
 
 numpy only: these are the textbook formulas, a few lines each, and ir-measures has no calibration measure.
 """
@@ -61,10 +61,11 @@ def expected_calibration_error(p: np.ndarray, y: np.ndarray, bins: int = BINS) -
                      for b in reliability(p, y, bins) if b["hits"]))
 
 
-def set_measures(kept: Mapping[str, list[str]], qrels: Mapping[str, Mapping[str, int]],
-                 min_rel: int = 1) -> dict[str, dict[str, float]]:
-    """Per judged query: ``{"precision", "recall", "kept"}`` of the hits ``kept`` for it (recall 0 with no relevant
-    document judged: such a query is left out of recall means by :func:`mean_recall`)."""
+def set_measures(kept: Mapping[str, list[str]], qrels: Mapping[str, Mapping[str, int]], min_rel: int = 1,
+                 candidates: Mapping[str, list[str]] | None = None) -> dict[str, dict[str, float]]:
+    """Per judged query of ``kept``: ``{"precision", "recall", "kept"}`` of the hits kept for it, out of its
+    ``candidates`` (default: every judged document); recall NaN with no relevant document judged (such a query is
+    left out of :func:`mean_recall`)."""
     out = {}
     for qid, judged in qrels.items():
         if qid not in kept:
@@ -72,7 +73,8 @@ def set_measures(kept: Mapping[str, list[str]], qrels: Mapping[str, Mapping[str,
         relevant = {d for d, g in judged.items() if g >= min_rel}
         docs = kept[qid]
         found = sum(d in relevant for d in docs)
-        precision = found / len(docs) if docs else (0.0 if relevant else 1.0)
+        pool = relevant if candidates is None else relevant.intersection(candidates.get(qid, ()))
+        precision = found / len(docs) if docs else (0.0 if pool else 1.0)
         recall = found / len(relevant) if relevant else float("nan")
         out[qid] = {"precision": precision, "recall": recall, "kept": len(docs)}
     return out

@@ -46,6 +46,32 @@ def tradeoff(points: Sequence[tuple[str, float, float]], x_label: str, y_label: 
     return Path(path)
 
 
+def reliability_plot(curves: Sequence[tuple[str, Sequence[Mapping]]], title: str, path: str | os.PathLike) -> Path:
+    """A reliability diagram: for each (label, bins of :func:`weir.evaluation.calibration.reliability`), the share
+    of relevant hits against the mean predicted probability of each non-empty bin (marker size: the bin's hits),
+    beside the diagonal of a perfect calibration."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 5), dpi=120)
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfectly calibrated")
+    for label, bins in curves:
+        used = [b for b in bins if b["hits"]]
+        total = sum(b["hits"] for b in used) or 1
+        ax.plot([b["predicted"] for b in used], [b["observed"] for b in used], marker="o", linewidth=1, label=label)
+        ax.scatter([b["predicted"] for b in used], [b["observed"] for b in used],
+                   s=[8 + 400 * b["hits"] / total for b in used], alpha=0.3)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("predicted P(relevant)")
+    ax.set_ylabel("share relevant")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)
+
+
 def bars(items: Sequence[tuple[str, float, Mapping[str, float]]], label: str, path: str | os.PathLike) -> Path:
     """Horizontal bars of (system, mean, {qid: value}) with a 95% normal interval of the mean (1.96 standard
     errors over queries)."""

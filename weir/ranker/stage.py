@@ -20,6 +20,7 @@ from weir.core.types import InputError, Query, Run, replace_hit
 
 class Stage(ABC):
     name: str = "stage"
+    explains: bool = False  # asked to explain, it keeps the parts of its scores (``Ranked.reasons``)
 
     @abstractmethod
     def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000) -> Run:
@@ -45,8 +46,9 @@ class Stage(ABC):
 class Retriever(Stage):
     """A first stage: queries in, the top ``k`` documents of the index per query out."""
 
-    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000) -> Run:
-        return self.retrieve(queries, k)
+    def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000,
+                 explain: bool = False) -> Run:
+        return self.retrieve(queries, k, explain=True) if explain and self.explains else self.retrieve(queries, k)
 
     @abstractmethod
     def retrieve(self, queries: Sequence[Query], k: int) -> Run: ...
@@ -58,9 +60,11 @@ class Reranker(Stage):
     depth: int = 100
 
     def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000,
-                 depth: int | None = None) -> Run:
+                 depth: int | None = None, explain: bool = False) -> Run:
         if run is None:
             raise ValueError(f"{self.name} is a reranker: it needs candidates from a first stage")
+        if explain and self.explains:
+            return self.rerank(queries, run, depth or self.depth, explain=True).truncated(k)
         return self.rerank(queries, run, depth or self.depth).truncated(k)
 
     @abstractmethod
@@ -97,15 +101,15 @@ class Pipeline(Stage):
 
     def __call__(self, queries: Sequence[Query], run: Run | None = None, *, k: int = 1000,
                  depth: int | None = None, keep: Callable[[Sequence[Query]], Sequence[Query]] | None = None,
-                 min_relevance: float | None = None) -> Run:
+                 min_relevance: float | None = None, explain: bool = False) -> Run:
         """Run every stage; ``depth`` (when given) overrides how many candidates each reranker rescores.
 
         ``keep``, when given, is asked before each stage which of the queries still want an answer (a service drops
         those whose caller has gone or whose deadline passed); the others' work stops there, and a run without them
         comes back (an empty one when none is left). ``min_relevance``: only the hits at or above it (a calibrated
-        pipeline only)."""
+        pipeline only). ``explain``: the stages that can (a fusion, LTR) keep the parts of their scores."""
         self._check_cutoff(min_relevance)
-        run = self._stages_run(queries, run, k=self._asked(k), depth=depth, keep=keep)
+        run = self._stages_run(queries, run, k=self._asked(k), depth=depth, keep=keep, explain=explain)
         return run if self.calibration is None else self._calibrated(queries, run, k, min_relevance)
 
     def _check_cutoff(self, min_relevance: float | None) -> None:
@@ -134,7 +138,7 @@ class Pipeline(Stage):
         return out
 
     def _stages_run(self, queries: Sequence[Query], run: Run | None, *, k: int, depth: int | None,
-                    keep: Callable[[Sequence[Query]], Sequence[Query]] | None) -> Run:
+                    keep: Callable[[Sequence[Query]], Sequence[Query]] | None, explain: bool = False) -> Run:
         timings: dict[str, float] = {}
         for i, stage in enumerate(self.stages):
             if keep is not None:
@@ -147,24 +151,25 @@ class Pipeline(Stage):
             start = time.perf_counter()
             # intermediate stages hand on as many candidates as the next stage reranks
             hand_on = k if last else max(k, depth or getattr(self.stages[i + 1], "depth", k))
+            asked = {"explain": True} if explain and stage.explains else {}
             if isinstance(stage, Reranker):
-                run = stage(queries, run, k=hand_on, depth=depth)
+                run = stage(queries, run, k=hand_on, depth=depth, **asked)
             else:
-                run = stage(queries, run, k=hand_on)
+                run = stage(queries, run, k=hand_on, **asked)
             timings[stage.name] = timings.get(stage.name, 0.0) + time.perf_counter() - start
         assert run is not None
         run.timings = timings
         return run
 
     def search(self, queries: Sequence[Query], k: int, *, depth: int | None = None,
-               remove_identical: bool = False, min_relevance: float | None = None) -> Run:
+               remove_identical: bool = False, min_relevance: float | None = None, explain: bool = False) -> Run:
         """Run the pipeline over ``queries`` for ``k`` hits each; with ``remove_identical``, hits whose docid equals
         the qid are dropped after retrieval (BEIR's ignore_identical_ids, for ArguAna), one more hit fetched so that
         ``k`` remain, and before the hits' relevance is read from the scores. The run keeps the stages' timings."""
         if not remove_identical:
-            return self(queries, k=k, depth=depth, min_relevance=min_relevance)
+            return self(queries, k=k, depth=depth, min_relevance=min_relevance, explain=explain)
         self._check_cutoff(min_relevance)
-        run = self._stages_run(queries, None, k=self._asked(k) + 1, depth=depth, keep=None)
+        run = self._stages_run(queries, None, k=self._asked(k) + 1, depth=depth, keep=None, explain=explain)
         return self._calibrated(queries, run.without_identical_ids(), k, min_relevance)
 
 
@@ -181,11 +186,13 @@ class CandidateRun(Retriever):
 
 
 def apply_scores(queries: Sequence[Query], run: Run, depth: int, scores: Mapping[str, Sequence[float]],
-                 name: str) -> Run:
+                 name: str, reasons: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> Run:
     """A new run: each query's top ``depth`` hits rescored with ``scores[qid]`` (one per hit, in run order) and
     sorted (ties by docid), recorded in ``stage_scores[name]``; the hits below ``depth`` follow in their old order with
     scores below the lowest new one. Queries of ``run`` that are not in ``queries`` are passed on unchanged. Done on
-    the queries' arrays (:meth:`weir.core.types.Run.ranking`): no ``Hit`` is made."""
+    the queries' arrays (:meth:`weir.core.hits.Run.ranking`): no ``Hit`` is made. ``reasons[qid]``: the parts of the
+    new scores (``{part: values}``, one value per rescored hit), kept as the reasons ``name:part`` beside the earlier
+    stages' (NaN for the hits below ``depth``)."""
     out = Run(timings=run.timings)
     for qid in run:
         hits = run.ranking(qid)
@@ -200,12 +207,24 @@ def apply_scores(queries: Sequence[Query], run: Run, depth: int, scores: Mapping
         order = np.lexsort((hits.ids.rank[hits.docs[:head]], -new))
         floor = new[order[-1]]
         rest = (floor - 1.0) - np.arange(len(hits) - head)
-        stages = {}
-        for stage, column in [*hits.stages.items(), *([] if name in hits.stages else [(name, None)])]:
-            column = np.full(len(hits), np.nan) if column is None else column.astype(np.float64)
-            if stage == name:
-                column[:head] = new
-            stages[stage] = np.concatenate([column[:head][order], column[head:]])
+        stages = _reordered(hits.stages, {name: new}, order, head, len(hits))
+        parts = (reasons or {}).get(qid)
+        explained = None if hits.reasons is None and parts is None else _reordered(
+            hits.reasons or {}, {f"{name}:{p}": v for p, v in (parts or {}).items()}, order, head, len(hits))
         out[qid] = Ranked(hits.ids, np.concatenate([hits.docs[:head][order], hits.docs[head:]]),
-                          np.concatenate([new[order], rest]), stages)
+                          np.concatenate([new[order], rest]), stages, None, explained)
+    return out
+
+
+def _reordered(columns: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray], order: np.ndarray, head: int,
+               n: int) -> dict[str, np.ndarray]:
+    """Per-hit columns after a rescoring of the top ``head`` of ``n`` hits into ``order``: the earlier ``columns``
+    reordered, and the ``new`` ones (values of the top ``head``, in run order; NaN below), replacing any of the
+    same name."""
+    out = {}
+    for key, column in [*columns.items(), *[(k, None) for k in new if k not in columns]]:
+        column = np.full(n, np.nan) if column is None else column.astype(np.float64)
+        if key in new:
+            column[:head] = new[key]
+        out[key] = np.concatenate([column[:head][order], column[head:]])
     return out

@@ -57,7 +57,7 @@ def responses(spec: str, results: list) -> list:
     of the rest of the response (timings, pipeline, batch size; the same for a batch's answers, serialized once),
     appended (concatenated messages merge). Whatever is not an answer, or has its bytes already, is left as it is."""
     todo = [i for i, a in enumerate(results) if isinstance(a, Answer) and not a.response]
-    plain = [i for i in todo if not results[i].documents]
+    plain = [i for i in todo if not results[i].documents and results[i].hits.reasons is None]
     fields = dict(zip(plain, wire.hits_fields([results[i].hits for i in plain])))
     rest: dict[tuple, bytes] = {}
     out = list(results)
@@ -68,9 +68,28 @@ def responses(spec: str, results: list) -> list:
             rest[key] = search_pb2.SearchResponse(pipeline=spec, batch_size=a.batch, timings=[
                 search_pb2.StageTiming(stage=s, milliseconds=seconds * 1000) for s, seconds in a.timings.items()
             ]).SerializeToString()
-        hits = fields[i] if i in fields else wire.hits_field(a.hits, *a.texts())
+        if i in fields:
+            hits = fields[i]
+        elif a.hits.reasons is not None:
+            hits = explained_hits(a)
+        else:
+            hits = wire.hits_field(a.hits, *a.texts())
         out[i] = a._replace(response=hits + rest[key])
     return out
+
+
+def explained_hits(answer: Answer) -> bytes:
+    """The ``hits`` field of an answer whose hits carry reasons, written by protobuf a ``Hit`` message each (a
+    request that asks to explain asks for a few hits, each with a handful of reasons: their bytes cost little)."""
+    titles, texts = answer.texts()
+    reasons = answer.hits.top_reasons()
+    response = search_pb2.SearchResponse()
+    for i, h in enumerate(Run({"": answer.hits})[""]):
+        response.hits.append(search_pb2.Hit(
+            doc_id=h.doc_id, score=h.score, rank=h.rank, stage_scores=h.stage_scores, relevance=h.relevance,
+            title=titles[i] if titles else "", text=texts[i] if texts else "",
+            reasons=[search_pb2.Reason(stage=s, part=p, contribution=v) for s, p, v in reasons[i]]))
+    return response.SerializeToString()
 
 
 def search_response(spec: str, answer: Answer) -> bytes:

@@ -32,18 +32,19 @@ class SearchClient:
         self.metadata = (("authorization", f"Bearer {token}"),) if token else None
 
     def search(self, query: str, k: int | None = 10, pipeline: str = "", *, include_text: bool = False,
-               depth: int = 0, min_relevance: float | None = None,
+               depth: int = 0, min_relevance: float | None = None, explain: bool = False,
                timeout: float | None = None) -> search_pb2.SearchResponse:
-        """One query's hits; ``min_relevance``: only those at least that likely relevant (a calibrated pipeline)."""
+        """One query's hits; ``min_relevance``: only those at least that likely relevant (a calibrated pipeline);
+        ``explain``: each hit's reasons."""
         request = search_pb2.SearchRequest(query=query, k=k, pipeline=pipeline, include_text=include_text, depth=depth,
-                                           min_relevance=min_relevance)
+                                           min_relevance=min_relevance, explain=explain)
         return self.stub.Search(request, timeout=timeout or self.timeout, metadata=self.metadata)
 
     def batch_search(self, queries: list[str], k: int | None = 10, pipeline: str = "", *, include_text: bool = False,
-                     depth: int = 0, min_relevance: float | None = None,
+                     depth: int = 0, min_relevance: float | None = None, explain: bool = False,
                      timeout: float | None = None) -> search_pb2.BatchSearchResponse:
         request = search_pb2.BatchSearchRequest(queries=queries, k=k, pipeline=pipeline, include_text=include_text,
-                                                depth=depth, min_relevance=min_relevance)
+                                                depth=depth, min_relevance=min_relevance, explain=explain)
         return self.stub.BatchSearch(request, timeout=timeout or self.timeout, metadata=self.metadata)
 
     def info(self) -> search_pb2.InfoResponse:

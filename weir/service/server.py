@@ -126,7 +126,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
     # --- the work of one batch, on a worker thread -----------------------------------------------------------
 
     def _run_batch(self, key, items: list[Item]) -> list:
-        spec, k, depth = key
+        spec, k, depth, explain = key
         cold = spec not in self.cache
         if cold:  # built by this batch (``warm = "default"``): its time is not the pipeline's cost
             with self._cold_lock:
@@ -141,7 +141,7 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
             now = time.monotonic()
             return [q for q in qs if by_id[q.id].wanted(now)]
 
-        run = pipeline(queries, k=k, depth=depth, keep=keep)
+        run = pipeline(queries, k=k, depth=depth, keep=keep, explain=explain)
         self.metrics.batch(pipeline.name, len(items), run.timings)
         wanted = [d for q, item in zip(queries, items) if item.include_text and q.id in run
                   for d in run.ranking(q.id).doc_ids()]
@@ -168,13 +168,18 @@ class SearchService(search_pb2_grpc.SearchServiceServicer):
         self.admission.check_open()
         spec, k, depth = self._check(request)
         cutoff = check_min_relevance(request, spec, self.calibrated)
+        explain = self._check_explain(request)
         texts = [check_query(t, self.limits) for t in texts]
         try:
-            results = await self.admission.run((spec, k, depth), texts, request.include_text, context.time_remaining(),
-                                               cutoff)
+            results = await self.admission.run((spec, k, depth, explain), texts, request.include_text,
+                                               context.time_remaining(), cutoff)
         except InputError as e:  # e.g. a pipeline whose model or index component is missing
             raise Failure(grpc.StatusCode.FAILED_PRECONDITION, public(str(e), self.directories)) from None
         return spec, results
+
+    def _check_explain(self, request) -> bool:
+        """Whether the request asks to explain its hits (every pipeline of a server over one index can)."""
+        return bool(request.explain)
 
     def _pipeline_of(self, request) -> str:
         """The served pipeline a request asks for (the default when it names none), as the metrics label it: "-" for

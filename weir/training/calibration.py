@@ -70,9 +70,11 @@ def fit_stats(calibration: Calibration, X: np.ndarray, y: np.ndarray, ranks: np.
 
 def tune_calibration(index, pipelines: Sequence[str], topics_path: str, qrels_path: str, *,
                      options: PipelineOptions | None = None, depth: int = DEPTH, min_rel: int = 1, c: float = C,
-                     remove_identical: bool = False, allow_test_topics: bool = False, write: bool = True) -> dict:
+                     remove_identical: bool = False, allow_test_topics: bool = False, write: bool = True,
+                     runs: Mapping[str, Run] | None = None) -> dict:
     """Fit a calibration of each of ``pipelines`` over ``index`` on the training topics; add them to the index's
-    calibration file (unless not ``write``); return the file's contents."""
+    calibration file (unless not ``write``); return the file's contents. ``runs``: a pipeline's uncalibrated run of
+    the topics (at least ``depth`` and :data:`WINDOW` hits a query) where one was made already."""
     from weir.ranker import registry
 
     check_training_topics(index, topics_path, allow_test_topics)
@@ -88,9 +90,11 @@ def tune_calibration(index, pipelines: Sequence[str], topics_path: str, qrels_pa
     data = read_file(index) or {"pipelines": {}}
     for spec in pipelines:
         spec = ">>".join(registry.parse(spec))
-        pipeline = registry.build(spec, index, options)
-        pipeline.calibration = None  # fitted on the raw scores
-        run = pipeline.search(judged, max(depth, WINDOW), remove_identical=remove_identical)
+        run = (runs or {}).get(spec)
+        if run is None:
+            pipeline = registry.build(spec, index, options)
+            pipeline.calibration = None  # fitted on the raw scores
+            run = pipeline.search(judged, max(depth, WINDOW), remove_identical=remove_identical)
         X, y, ranks = examples(run, judged, qrels, depth=depth, min_rel=min_rel)
         calibration = fit(X, y, spec, c=c)
         record = {"identity": registry.score_identity(spec, index, options), "tuned_on": tuned_on, "depth": depth,

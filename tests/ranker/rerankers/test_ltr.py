@@ -146,3 +146,42 @@ def test_boosting_from_a_feature_round_trips(tmp_path):
     np.testing.assert_allclose(loaded.predict(X, qids), model.predict(X, qids))
     with pytest.raises(ValueError, match="query ids"):
         loaded.predict(X)
+
+
+@pytest.mark.parametrize("members, init_from, rounds", [(1, None, None), (3, "attention", None), (1, "attention", 0)])
+def test_contributions_add_up_to_each_score(members, init_from, rounds):
+    """explain: TreeSHAP contributions (their members' mean) plus the bias, and the boosted-from feature's
+    standardized value, are each row's score; the reranker keeps them as reasons in the order of its hits."""
+    import lightgbm as lgb
+
+    from weir.ranker.rerankers.ltr import BIAS, LTRModel
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(60, len(FEATURES))).astype(np.float32)
+    y = (X[:, 0] + X[:, 3] > 0.3).astype(int)
+    boosters = [lgb.train({"objective": "lambdarank", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5,
+                           "seed": s, "bagging_fraction": 0.8, "bagging_freq": 1},
+                          lgb.Dataset(X, y, group=[20, 20, 20]), num_boost_round=6) for s in range(members)]
+    model = LTRModel(boosters, FEATURES, {"kind": "ltr"}, init_from=init_from, rounds=rounds)
+    qids = ["a"] * 20 + ["b"] * 20 + ["c"] * 20
+    parts = model.contributions(X, qids)
+    assert parts.shape == (60, len(FEATURES) + 1)
+    np.testing.assert_allclose(parts.sum(axis=1), model.predict(X, qids), rtol=0, atol=1e-9)
+    if rounds == 0:  # the boosted-from feature is the whole score
+        assert (parts[:, [i for i, f in enumerate(FEATURES) if f != init_from]] == 0).all()
+    assert [*model.features, BIAS][-1] == "(bias)"
+
+
+def test_top_reasons_name_the_largest_parts_and_add_up():
+    from weir.core.hits import DocIds, Ranked
+
+    parts = {f"ltr:f{i}": np.array([float(i - 4), np.nan]) for i in range(8)}
+    parts["ltr:(bias)"] = np.array([0.5, np.nan])
+    parts["hybrid:bm25"], parts["hybrid:dense"] = np.array([1.0, 2.0]), np.array([0.25, 0.5])
+    hits = Ranked(DocIds(["x", "y"]), np.array([0, 1]), np.array([1.0, 0.0]), {}, None, parts)
+    first, second = hits.top_reasons(top=3)
+    assert [(s, p) for s, p, _ in first] == [("ltr", "f0"), ("ltr", "f1"), ("ltr", "f7"), ("ltr", "(bias)"),
+                                             ("ltr", "(other parts)"), ("hybrid", "bm25"), ("hybrid", "dense")]
+    assert sum(v for s, _, v in first if s == "ltr") == pytest.approx(sum(range(-4, 4)) + 0.5)
+    assert [(s, p) for s, p, _ in second] == [("hybrid", "bm25"), ("hybrid", "dense")]  # not scored by ltr: none
+    assert hits.take(slice(1)).top_reasons(top=3)[0] == first

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from weir.core.hits import BIAS_PART
 from weir.indexer.index_dir import Index
 from weir.ranker.stage import Reranker, apply_scores
 from weir.core.provenance import write_card
@@ -129,6 +130,23 @@ class LTRModel:
             raise InputError(f"the LTR model reads features this version cannot compute: {', '.join(missing)}")
         return [where[n] for n in self.features]
 
+    def contributions(self, X: np.ndarray, qids: Sequence[str] | None = None) -> np.ndarray:
+        """What each row's score (:meth:`predict`) is made of: a column per feature (its TreeSHAP contribution; for
+        the ``init_from`` feature, plus its standardized value, which the score adds), then :data:`BIAS`. Each row
+        sums to its score."""
+        if not len(X):
+            return np.zeros((0, len(self.features) + 1))
+        if self.rounds == 0:
+            out = np.zeros((len(X), len(self.features) + 1))
+        else:
+            out = np.asarray(contributions_of(self.boosters, X), dtype=np.float64)
+        if self.init_from:
+            if qids is None:
+                raise ValueError("this model boosts from a feature: its contributions need the rows' query ids")
+            col = self.features.index(self.init_from)
+            out[:, col] += base_scores(X, query_groups(list(qids)), col)
+        return out
+
     def predict(self, X: np.ndarray, qids: Sequence[str] | None = None) -> np.ndarray:
         """Scores of rows ``X`` (this model's columns); ``qids`` (rows grouped by query) is needed when boosting
         started from a feature (``init_from``): that feature, standardized per query, is added."""
@@ -143,6 +161,18 @@ class LTRModel:
                 raise ValueError("this model boosts from a feature: predict needs the rows' query ids")
             scores = scores + base_scores(X, query_groups(list(qids)), self.features.index(self.init_from))
         return scores
+
+
+BIAS = BIAS_PART  # the part of every LTR score that no feature makes: the trees' expected value
+
+
+def contributions_of(boosters: Sequence, X: np.ndarray) -> np.ndarray:
+    """Each row's TreeSHAP feature contributions and bias (LightGBM's ``pred_contrib``: columns of the features, then
+    the expected value), the mean over the members (a mean of scores is the mean of their contributions)."""
+    threads = 1 if len(X) < 2000 else 0
+    parts = [b.predict(X, num_iteration=b.best_iteration or None, pred_contrib=True, num_threads=threads)
+             for b in boosters]
+    return parts[0] if len(parts) == 1 else np.mean(parts, axis=0)
 
 
 class LTRReranker(Reranker):
@@ -166,15 +196,30 @@ class LTRReranker(Reranker):
     def describe(self) -> dict:
         return {**super().describe(), "model_path": str(self.model_path), "features": self.model.features}
 
-    def rerank(self, queries: Sequence[Query], run: Run, depth: int) -> Run:
+    explains = True
+
+    def rerank(self, queries: Sequence[Query], run: Run, depth: int, explain: bool = False) -> Run:
+        """Rescore the top ``depth``; with ``explain``, each hit's score in its features' contributions and the bias
+        (reasons ``ltr:FEATURE`` and ``ltr:(bias)``)."""
         import time
 
         start = time.perf_counter()
         X, rows = self.extractor.extract(queries, run, depth)
         mid = time.perf_counter()
-        scores = self.model.predict(X[:, self.cols], [qid for qid, _ in rows])
+        qids = [qid for qid, _ in rows]
+        scores = self.model.predict(X[:, self.cols], qids)
         self.last_timings = {"features": mid - start, "predict": time.perf_counter() - mid}
         by_query: dict[str, list[float]] = {}
-        for (qid, _), s in zip(rows, scores):
+        for qid, s in zip(qids, scores):
             by_query.setdefault(qid, []).append(float(s))
-        return apply_scores(queries, run, depth, by_query, self.name)
+        reasons = None
+        if explain:
+            parts = self.model.contributions(X[:, self.cols], qids)
+            names = [*self.model.features, BIAS]
+            starts = {}
+            for i, qid in enumerate(qids):
+                starts.setdefault(qid, i)
+            reasons = {qid: {n: parts[at:at + len(v), j] for j, n in enumerate(names)}
+                       for qid, v in by_query.items() for at in (starts[qid],)}
+            self.last_timings["explain"] = time.perf_counter() - mid - self.last_timings["predict"]
+        return apply_scores(queries, run, depth, by_query, self.name, reasons)

@@ -124,38 +124,44 @@ def _common(rankings: Sequence[Ranked]) -> tuple[DocIds, list[np.ndarray]]:
 
 
 def fuse(rankings: Sequence[Ranked], *, method: str = "rrf", weights: Sequence[float] | None = None, k: int = RRF_K,
-         depth: int | None = None, name: str = "hybrid") -> Ranked:
+         depth: int | None = None, name: str = "hybrid", explain: Sequence[str] | None = None) -> Ranked:
     """One query's fusion of the rankings of several stages (a document at most once in each), on arrays: the scores
     of :func:`rrf` or :func:`linear`, bit for bit, sorted best first with ties by docid, top ``depth``. Each hit keeps
     the stages' scores it has (a later ranking's replacing an earlier's of the same name) and the fused one as
-    ``name``."""
+    ``name``. ``explain``: the rankings' stage names, to keep each one's part of every fused score (its weighted
+    RRF term or normalized score; the floor where it did not retrieve the hit) as the reason ``name:stage``."""
     weights = list(weights) if weights is not None else [1.0] * len(rankings)
     table, positions = _common(rankings)
     union = np.unique(np.concatenate(positions)) if positions else np.zeros(0, dtype=np.int64)
     fused = np.zeros(len(union))
     stages: dict[str, np.ndarray] = {}
-    for r, at, w in zip(rankings, positions, weights, strict=True):
+    reasons: dict[str, np.ndarray] | None = None if explain is None else {}
+    for i, (r, at, w) in enumerate(zip(rankings, positions, weights, strict=True)):
         at = np.searchsorted(union, at)
         if method == "rrf":
-            fused[at] += w / (k + np.arange(1, len(r) + 1))
+            part = np.zeros(len(union))
+            part[at] = w / (k + np.arange(1, len(r) + 1))
         else:
             norm = normalized(r.scores, method)
             part = np.full(len(union), w * (norm.min() if len(norm) else 0.0))
             part[at] = w * norm
-            fused += part
+        fused += part
+        if reasons is not None:
+            reasons[f"{name}:{explain[i]}"] = part
         for stage, column in r.stages.items():
             merged = stages.setdefault(stage, np.full(len(union), np.nan))
             merged[at] = np.where(np.isnan(column), merged[at], column)
     stages[name] = fused
     order = np.lexsort((table.rank[union], -fused))[:depth]
-    return Ranked(table, union[order], fused[order], {n: a[order] for n, a in stages.items()})
+    return Ranked(table, union[order], fused[order], {n: a[order] for n, a in stages.items()}, None,
+                  None if reasons is None else {n: a[order] for n, a in reasons.items()})
 
 
 NO_HITS = Ranked(DocIds([]), np.zeros(0, dtype=np.int64), np.zeros(0))
 
 
 def fuse_runs(runs: Sequence[Run], *, method: str = "rrf", weights: Sequence[float] | None = None, k: int = RRF_K,
-              depth: int | None = None, name: str = "hybrid") -> Run:
+              depth: int | None = None, name: str = "hybrid", explain: Sequence[str] | None = None) -> Run:
     """Fuse per-query the runs of several stages (each ranked best first) into one ranked run of ``depth`` hits
     (:func:`fuse`, on the runs' arrays)."""
     method = check_method(method)
@@ -164,7 +170,7 @@ def fuse_runs(runs: Sequence[Run], *, method: str = "rrf", weights: Sequence[flo
     out = Run()
     for qid in dict.fromkeys(qid for run in runs for qid in run):
         rankings = [run.ranking(qid) if qid in run else NO_HITS for run in runs]
-        out[qid] = fuse(rankings, method=method, weights=weights, k=k, depth=depth, name=name)
+        out[qid] = fuse(rankings, method=method, weights=weights, k=k, depth=depth, name=name, explain=explain)
     return out
 
 
@@ -216,16 +222,21 @@ class HybridRetriever(Retriever):
         weighted = [i for i, w in enumerate(self.weights or ()) if w > 0]
         return weighted[0] if len(weighted) == 1 else None
 
-    def retrieve(self, queries: Sequence[Query], k: int) -> Run:
+    explains = True
+
+    def retrieve(self, queries: Sequence[Query], k: int, explain: bool = False) -> Run:
+        """The fused top ``k``; with ``explain``, each hit's fused score in its stages' parts (reasons)."""
         self.last_timings = {}
         alone = self.alone()
+        names = [s.name for s in self.stages] if explain else None
         if alone is None:
             runs = self.stage_runs(queries, k)
             start = time.perf_counter()
-            run = fuse_runs(runs, method=self.method, weights=self.weights, k=self.rrf_k, depth=k, name=self.name)
+            run = fuse_runs(runs, method=self.method, weights=self.weights, k=self.rrf_k, depth=k, name=self.name,
+                            explain=names)
         else:
             start = time.perf_counter()
-            run = self._serve_alone(queries, k, alone)
+            run = self._serve_alone(queries, k, alone, names)
             start += sum(self.last_timings.values())  # the stages' own time is theirs, not the fusion's
         for q in queries:
             if q.id not in run:
@@ -233,7 +244,7 @@ class HybridRetriever(Retriever):
         self.last_timings["fusion"] = time.perf_counter() - start
         return run
 
-    def _serve_alone(self, queries: Sequence[Query], k: int, alone: int) -> Run:
+    def _serve_alone(self, queries: Sequence[Query], k: int, alone: int, explain: list[str] | None = None) -> Run:
         """A fusion whose weight is all on one stage, served by that stage alone. Every document only the other
         stages find would get the same fused score, the floor (0 for RRF, the weighted stage's lowest for min-max and
         z-score), so where the weighted stage has ``k`` documents above the floor, its ranking with the fused scores
@@ -244,7 +255,8 @@ class HybridRetriever(Retriever):
         short = []
         for q in queries:
             r = served.ranking(q.id) if q.id in served else NO_HITS
-            full = fuse([r], method=self.method, weights=[self.weights[alone]], k=self.rrf_k, name=self.name)
+            full = fuse([r], method=self.method, weights=[self.weights[alone]], k=self.rrf_k, name=self.name,
+                        explain=None if explain is None else [explain[alone]])
             floor = 0.0 if self.method == "rrf" or not len(full) else full.scores[-1]
             if k == 0 or (len(full) >= k and full.scores[k - 1] > floor):
                 fused[q.id] = full.take(slice(k))
@@ -254,9 +266,10 @@ class HybridRetriever(Retriever):
             runs = [served if i == alone else self._search(i, short, k) for i in range(len(self.stages))]
             for q in short:
                 r = fuse([run.ranking(q.id) if q.id in run else NO_HITS for run in runs], method=self.method,
-                         weights=self.weights, k=self.rrf_k, depth=k, name=self.name)
+                         weights=self.weights, k=self.rrf_k, depth=k, name=self.name, explain=explain)
                 keep = {self.name, *(served.ranking(q.id).stages if q.id in served else ())}
-                fused[q.id] = Ranked(r.ids, r.docs, r.scores, {n: a for n, a in r.stages.items() if n in keep})
+                fused[q.id] = Ranked(r.ids, r.docs, r.scores, {n: a for n, a in r.stages.items() if n in keep}, None,
+                                     r.reasons)
         return Run({q.id: fused[q.id] for q in queries})
 
 

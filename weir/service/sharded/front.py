@@ -64,9 +64,15 @@ class ShardedSearchService(SearchService):
                               f"{reason}; served: {', '.join(self.allowed)}") from None
             raise f
 
+    def _check_explain(self, request) -> bool:
+        if request.explain:
+            raise Failure(grpc.StatusCode.INVALID_ARGUMENT, "a sharded server does not explain its hits (explain); "
+                          "ask a server over one index")
+        return False
+
     def warm_up(self) -> None:
         for spec in self.warm_specs():  # through the deployments: each shard's searcher, each reranker's replica
-            self._run_batch((spec, 1, None), [Item("warm up")])
+            self._run_batch((spec, 1, None, False), [Item("warm up")])
         freeze_long_lived()
 
     # --- one batch, on a worker thread of the front --------------------------------------------------------------
@@ -145,7 +151,7 @@ class ShardedSearchService(SearchService):
         return max(k, depth or following)
 
     def _run_batch(self, key, items: list[Item]) -> list:
-        spec, k, depth = key
+        spec, k, depth, _ = key  # explain: refused before (_check_explain)
         names = registry.parse(spec)
         timings: dict[str, float] = {}
         results: dict[int, list[tuple]] = {}  # per item still wanted, its (doc_id, score, stage_scores), best first
