@@ -16,6 +16,7 @@ on a sample of the responses. The server's own time per call: its mean handling 
 records one more round of each server with py-spy (not counted in the figures) and prints where the time went.
 
     python bench/grpc_latency.py [--collection beir-scifact] [--k 10] [--pipeline bm25] [--reps 3]   # sequential
+    python bench/grpc_latency.py --index IDX --pipeline 'hybrid>>ltr' --explain --rounds 4   # explain's cost
     python bench/grpc_latency.py --index /tmp/behaviour/indexes/scifact --before /work/base/.venv/bin/weir \\
         --k 1000 --callers 8 --reps 1 --batch 100 --batch-calls 16 --rounds 3 --check bm25,hybrid,bm25>>ltr \\
         --profile /tmp/profiles
@@ -142,8 +143,10 @@ def calls(port: int, method: str, requests: list[bytes], callers: int, keep_ever
     return {"latencies": latencies, "client_cpu": time.process_time() - cpu, "kept": kept}
 
 
-def phase(server: Served, method: str, requests: list[bytes], callers: int) -> dict:
-    """One measured phase on ``server``: client latencies, and the server's handling time and CPU time per call."""
+def phase(server: Served, label: str, requests: list[bytes], callers: int) -> dict:
+    """One measured phase on ``server``: client latencies, and the server's handling time and CPU time per call
+    (``label``: the method, with ``+explain`` for requests that ask to explain)."""
+    method = label.split("+")[0]
     handled, cpu = server.handling(method), server.cpu_seconds()
     result = calls(server.port, method, requests, callers)
     after = server.handling(method)
@@ -167,6 +170,9 @@ def requests_of(args, topics: list[str]) -> dict[str, list[bytes]]:
     """The serialized requests of each measured method."""
     out = {"Search": [search_pb2.SearchRequest(query=t, k=args.k, pipeline=args.pipeline).SerializeToString()
                       for _ in range(args.reps) for t in topics]}
+    if args.explain:
+        out["Search+explain"] = [search_pb2.SearchRequest(query=t, k=args.k, pipeline=args.pipeline, explain=True)
+                                 .SerializeToString() for _ in range(args.reps) for t in topics]
     if args.batch:
         out["BatchSearch"] = [search_pb2.BatchSearchRequest(
             queries=[topics[(i * args.batch + j) % len(topics)] for j in range(args.batch)], k=args.k,
@@ -229,15 +235,15 @@ def row(server: Served, method: str, r: dict) -> str:
 def measure(args, served: list[Served], requests: dict[str, list[bytes]]) -> None:
     """Warm every server up, then the alternating rounds; print a table row per phase and the summary."""
     for s in served:
-        for method, reqs in requests.items():
-            calls(s.port, method, reqs[:len(reqs) if method == "Search" else 2], args.callers)
+        for label, reqs in requests.items():
+            calls(s.port, label.split("+")[0], reqs[:len(reqs) if label.startswith("Search") else 2], args.callers)
     print("| server | method | calls | p50 ms | p99 ms | server handling ms (mean) | server CPU ms/call | "
           "pipeline ms (median) | client CPU ms/call | client decode ms/response | KiB/response |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     results: dict[tuple[str, str], list[dict]] = {}
     for round_ in range(args.rounds):
         for s in served if round_ % 2 == 0 else served[::-1]:
-            for method, reqs in requests.items():
+            for method, reqs in list(requests.items())[::1 if round_ % 2 == 0 else -1]:
                 r = phase(s, method, reqs, args.callers)
                 results.setdefault((s.name, method), []).append(r)
                 print(row(s, method, r), flush=True)
@@ -254,6 +260,11 @@ def measure(args, served: list[Served], requests: dict[str, list[bytes]]) -> Non
             print(f"{method} {s.name}: p50 {statistics.median(r['p50'] for r in rs):.2f} ms, p99 "
                   f"{statistics.median(r['p99'] for r in rs):.2f} ms, server handling "
                   f"{statistics.median(r['handling'] for r in rs):.2f} ms (medians of {len(rs)} rounds)")
+        if method == "Search+explain":
+            for s in served:
+                ratios = [e["p50"] / p["p50"] for e, p in zip(results[(s.name, method)], results[(s.name, "Search")])]
+                print(f"{s.name}: explain/plain p50 = {statistics.median(ratios):.3f}x (median of {len(ratios)} "
+                      f"alternating rounds; {', '.join(f'{x:.3f}' for x in ratios)})")
         if len(served) == 2:
             ratios = [b["p50"] / a["p50"] for b, a in zip(results[("before", method)], results[("after", method)])]
             print(f"{method}: before/after p50 = {statistics.median(ratios):.2f}x (median of {len(ratios)} "
@@ -298,6 +309,8 @@ def main() -> None:
     ap.add_argument("--callers", type=int, default=1, help="concurrent callers (default 1: sequential calls)")
     ap.add_argument("--serve-args", default="", help="more `weir serve` arguments for every server, e.g. '--depth 20'")
     ap.add_argument("--batch", type=int, default=0, help="also BatchSearch calls of this many topics")
+    ap.add_argument("--explain", action="store_true", help="also Search calls that ask to explain (Hit.reasons), "
+                    "alternating with the plain ones; prints explain/plain p50")
     ap.add_argument("--batch-calls", type=int, default=16, help="BatchSearch calls in a phase (default 16)")
     ap.add_argument("--before", help="another version's `weir` command: measure both, in alternating rounds")
     ap.add_argument("--rounds", type=int, default=1, help="rounds of every phase on every server (default 1)")

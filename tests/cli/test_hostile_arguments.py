@@ -18,7 +18,8 @@ PIPELINE = st.one_of(st.sampled_from(["bm25", "dense", "hybrid", "bm25>>ltr", "b
 
 @pytest.mark.slow  # some hundred generated commands: make test, not the minute before a commit
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(query=WORDS, k=NUMBER, depth=NUMBER, pipeline=PIPELINE, option=st.sampled_from(["--k1", "--b", "--rrf-k", "--nprobe"]),
+@given(query=WORDS, k=NUMBER, depth=NUMBER, pipeline=PIPELINE,
+       option=st.sampled_from(["--k1", "--b", "--rrf-k", "--nprobe", "--min-relevance"]),
        value=NUMBER)
 @example(query="0", k="0", depth="1", pipeline="dense", option="--k1", value="0")  # was faiss's AssertionError (k=0)
 def test_generated_search_commands_answer_or_refuse_in_one_line(tiny_index, capsys, query, k, depth, pipeline, option,

@@ -5,6 +5,7 @@ own), an uncalibrated pipeline or a changed option is refused or served uncalibr
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 
@@ -124,3 +125,19 @@ def test_a_cutoff_the_server_cannot_make_is_invalid_argument(client, kwargs, mes
     with pytest.raises(grpc.RpcError) as info:
         client.search("coffee", **kwargs)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in info.value.details()
+
+
+def test_weir_explain_prints_reasons_for_a_query_and_sums_them_up_over_topics(calibrated, tmp_path, capsys):
+    assert main(["explain", "--index", str(calibrated.path), "--pipeline", "hybrid", "-k", "3", "--format", "json",
+                 "coffee liver disease"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 3 and all({r["part"] for r in row["reasons"]} == {"bm25", "dense"} for row in rows)
+    assert all(abs(sum(r["contribution"] for r in row["reasons"]) - row["score"]) < 1e-9 for row in rows)
+    assert "relevance" not in rows[0]  # hybrid is not calibrated here
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("a\tcoffee liver disease\nb\theart disease\n")
+    assert main(["explain", "--index", str(calibrated.path), "--pipeline", "hybrid", "--topics", str(topics)]) == 0
+    out = capsys.readouterr().out
+    assert "hybrid" in out and "bm25" in out and "largest in" in out
+    assert main(["explain", "--index", str(calibrated.path)]) == 2  # neither a query nor --topics
+    assert "give a query" in capsys.readouterr().err

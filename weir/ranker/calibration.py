@@ -11,10 +11,10 @@ words). The probabilities of one query never rise down the ranking (each is at m
 
 ``weir tune calibration`` fits one per pipeline on training judgments (:mod:`weir.training.calibration`, which owns
 the fitting; this module only applies what it wrote) into ``<index>/tuning/calibration.json``, beside the fusion
-settings. Each entry is versioned and records what the pipeline was when fitted (:func:`weir.ranker.registry.score_identity`:
-its stages' options, its rerankers' model cards, the fusion settings); a pipeline built later is calibrated only by
-an entry of the same identity, else it is served uncalibrated, with a warning naming what changed, never with
-probabilities fitted to other scores. A logistic regression is a dot product and a sigmoid: numpy, written here.
+settings. Each entry is versioned and records what the pipeline was when fitted
+(:func:`weir.ranker.registry.score_identity`: its stages' options, its rerankers' model cards, the fusion
+settings); a pipeline built later is calibrated only by an entry of the same identity, else it is served
+uncalibrated, with a warning naming what changed, never with probabilities fitted to other scores. A logistic regression is a dot product and a sigmoid: numpy, written here.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ class Calibration:
             arrays = [np.asarray(entry[k], dtype=np.float64) for k in ("mean", "scale", "coef")]
             intercept, window = float(entry["intercept"]), int(entry["window"])
         except (KeyError, TypeError, ValueError) as e:
-            raise InputError(f"{where}: malformed entry for {pipeline!r} ({e}); run `weir tune calibration` again") from None
+            raise InputError(f"{where}: malformed entry for {pipeline!r} ({e}); "
+                             "run `weir tune calibration` again") from None
         if any(a.shape != (len(FEATURES),) or not np.isfinite(a).all() for a in arrays) or window < 1 \
                 or not np.isfinite(intercept) or (arrays[1] <= 0).any():
             raise InputError(f"{where}: malformed entry for {pipeline!r}; run `weir tune calibration` again")

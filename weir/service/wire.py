@@ -32,7 +32,8 @@ Part = tuple[np.ndarray, np.ndarray | None]
 Column = tuple[np.ndarray, np.ndarray]
 
 # field tags: (number << 3) | wire type (0 varint, 2 length-delimited, 5 fixed 32-bit)
-HIT_DOC_ID, HIT_SCORE, HIT_RANK, HIT_TITLE, HIT_TEXT, HIT_STAGE, HIT_RELEVANCE = 0x0A, 0x15, 0x18, 0x22, 0x2A, 0x32, 0x3D
+HIT_DOC_ID, HIT_SCORE, HIT_RANK, HIT_TITLE, HIT_TEXT, HIT_STAGE = 0x0A, 0x15, 0x18, 0x22, 0x2A, 0x32
+HIT_RELEVANCE = 0x3D
 ENTRY_KEY, ENTRY_VALUE = 0x0A, 0x15
 RESPONSE_HITS = BATCH_RESULTS = 0x0A
 _LIMITS = (1 << 7, 1 << 14, 1 << 21, 1 << 28)

@@ -63,7 +63,8 @@ def fit_stats(calibration: Calibration, X: np.ndarray, y: np.ndarray, ranks: np.
     """How a calibration fits the hits it was fitted on: ECE and share relevant on the top 10, log loss."""
     p = np.clip(calibration.probabilities(X), 1e-12, 1 - 1e-12)
     top = ranks <= 10
-    return {"hits": int(len(y)), "relevant": int(y.sum()), "ece_top10": round(expected_calibration_error(p[top], y[top]), 5),
+    return {"hits": int(len(y)), "relevant": int(y.sum()),
+            "ece_top10": round(expected_calibration_error(p[top], y[top]), 5),
             "relevant_share_top10": round(float(y[top].mean()), 5),
             "log_loss": round(float(-np.mean(y * np.log(p) + (~y) * np.log(1 - p))), 5)}
 
