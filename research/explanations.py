@@ -7,8 +7,10 @@ with the shipped ``ltr`` model over the hybrid top 100 of each query:
   the largest absolute difference over every hit;
 - **faithful**: per query, the feature with the largest mean |contribution| over its top 10 hits (the bias apart)
   is replaced, for all of the query's candidates, by its mean over them; the candidates are scored again and nDCG@10
-  measured. The same for one feature drawn at random per query (seeded). The loss of nDCG@10 of the two replacements
-  is compared per query (paired t-test): an explanation that points at what the model uses costs more when removed.
+  measured. The same for one feature drawn at random per query (seeded), and for the top feature of the trees alone
+  (the feature the model boosts from set aside: its contribution holds its standardized value, which the score
+  adds). The losses of nDCG@10 are compared per query with the random feature's (paired t-test): an explanation
+  that points at what the model uses costs more when removed.
 
 Usage: python research/explanations.py [--work DIR] [--seed 0]; prints the table and writes WORK/explanations.json.
 """
@@ -36,6 +38,43 @@ def scored_run(blocks: dict, scores: dict) -> dict:
     return {qid: dict(zip(docs, s.tolist())) for (qid, docs), s in ((q, scores[q[0]]) for q in blocks.items())}
 
 
+def replaced(model, X: np.ndarray, qids: list[str], seed: int) -> tuple[dict, dict, dict]:
+    """Per query: the model's scores of its candidates, and their scores with its top, top tree and a random
+    feature each replaced by its mean over the query's candidates; which feature each was; the rows' spans."""
+    scores, parts = model.predict(X, qids), model.contributions(X, qids)
+    spans: dict[str, list[int]] = {}  # each query's rows, [first, end)
+    for i, q in enumerate(qids):
+        spans.setdefault(q, [i, i])[1] = i + 1
+    rng = np.random.default_rng(seed)
+    features = model.features
+    init = features.index(model.init_from) if model.init_from else None
+    new: dict[str, dict] = {"model": {}, "top": {}, "top_tree": {}, "random": {}}
+    chosen = {}
+    for q, (a, b) in spans.items():
+        new["model"][q] = scores[a:b]
+        top10 = np.argsort(-scores[a:b], kind="stable")[:10]
+        magnitude = np.abs(parts[a:b][top10, :-1]).mean(axis=0)
+        trees = magnitude.copy()
+        if init is not None:
+            trees[init] = -1.0  # the feature boosted from: its standardized value is in its contribution
+        pick = {"top": int(np.argmax(magnitude)), "top_tree": int(np.argmax(trees)),
+                "random": int(rng.integers(len(features)))}
+        chosen[q] = {k: features[j] for k, j in pick.items()}
+        for kind, j in pick.items():
+            Xq = X[a:b].copy()
+            if not np.isnan(Xq[:, j]).all():
+                Xq[:, j] = np.nanmean(Xq[:, j])
+            new[kind][q] = model.predict(Xq, [q] * (b - a))
+    return new, chosen, {"adds_up": float(np.abs(parts.sum(axis=1) - scores).max()), "hits": int(len(scores))}
+
+
+def counts(chosen: dict, kind: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in chosen.values():
+        out[c[kind]] = out.get(c[kind], 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def measure(name: str, work: Path, seed: int) -> dict:
     from weir import Index, pipeline
     from weir.core.trec import read_qrels, read_topics
@@ -43,52 +82,25 @@ def measure(name: str, work: Path, seed: int) -> dict:
     from weir.evaluation.significance import paired_test
 
     index = Index(work / "indexes" / name)
-    topics = read_topics(COLLECTIONS / name / "queries.tsv")
     qrels = read_qrels(COLLECTIONS / name / "qrels.txt")
-    topics = [q for q in topics if q.id in qrels]
+    topics = [q for q in read_topics(COLLECTIONS / name / "queries.tsv") if q.id in qrels]
     candidates = pipeline("hybrid", index).search(topics, DEPTH, remove_identical=JUDGED[name])
     ltr = pipeline("hybrid>>ltr", index).stages[1]
     X, rows = ltr.extractor.extract(topics, candidates, DEPTH)
-    X = X[:, ltr.cols].astype(np.float64)
-    qids = [q for q, _ in rows]
-    scores = ltr.model.predict(X, qids)
-    parts = ltr.model.contributions(X, qids)
-    adds_up = float(np.abs(parts.sum(axis=1) - scores).max())
-    spans: dict[str, list[int]] = {}  # each query's rows, [first, end)
-    for i, q in enumerate(qids):
-        spans.setdefault(q, [i, i])[1] = i + 1
-    docs = {q: candidates.ranking(q).doc_ids()[:DEPTH] for q in spans}
-    rng = np.random.default_rng(seed)
-    features = ltr.model.features
-    new = {"model": {}, "top": {}, "random": {}}
-    chosen = {}
-    for q, (a, b) in spans.items():
-        new["model"][q] = scores[a:b]
-        top10 = np.argsort(-scores[a:b], kind="stable")[:10]
-        magnitude = np.abs(parts[a:b][top10, :-1]).mean(axis=0)
-        pick = {"top": int(np.argmax(magnitude)), "random": int(rng.integers(len(features)))}
-        chosen[q] = {k: features[j] for k, j in pick.items()}
-        for kind, j in pick.items():
-            Xq = X[a:b].copy()
-            column = Xq[:, j]
-            if not np.isnan(column).all():
-                Xq[:, j] = np.nanmean(column)
-            new[kind][q] = ltr.model.predict(Xq, [q] * (b - a))
-    blocks = {q: docs[q] for q in spans}
+    new, chosen, check = replaced(ltr.model, X[:, ltr.cols].astype(np.float64), [q for q, _ in rows], seed)
+    blocks = {q: candidates.ranking(q).doc_ids()[:DEPTH] for q in new["model"]}
     per_query = {kind: evaluate(scored_run(blocks, s), qrels, ["nDCG@10"], per_query=True)[1]["nDCG@10"]
                  for kind, s in new.items()}
     base = per_query["model"]
     qs = sorted(base)
-    loss_top = [base[q] - per_query["top"].get(q, 0.0) for q in qs]
-    loss_random = [base[q] - per_query["random"].get(q, 0.0) for q in qs]
-    _, p = paired_test(loss_top, loss_random)
-    top_counts: dict[str, int] = {}
-    for c in chosen.values():
-        top_counts[c["top"]] = top_counts.get(c["top"], 0) + 1
-    return {"queries": len(qs), "hits": int(len(scores)), "max_abs_sum_minus_score": adds_up,
+    loss = {kind: [base[q] - per_query[kind].get(q, 0.0) for q in qs] for kind in ("top", "top_tree", "random")}
+    return {"queries": len(qs), "hits": check["hits"], "max_abs_sum_minus_score": check["adds_up"],
             "nDCG@10": float(np.mean([base[q] for q in qs])),
-            "loss_top": float(np.mean(loss_top)), "loss_random": float(np.mean(loss_random)), "p": p,
-            "top_features": dict(sorted(top_counts.items(), key=lambda kv: -kv[1]))}
+            "loss_top": float(np.mean(loss["top"])), "loss_random": float(np.mean(loss["random"])),
+            "p": paired_test(loss["top"], loss["random"])[1],
+            "loss_top_tree": float(np.mean(loss["top_tree"])),
+            "p_tree": paired_test(loss["top_tree"], loss["random"])[1],
+            "top_features": counts(chosen, "top"), "top_tree_features": counts(chosen, "top_tree")}
 
 
 def main() -> None:
@@ -102,12 +114,15 @@ def main() -> None:
     results = {name: measure(name, work, args.seed) for name in JUDGED}
     (work / "explanations.json").write_text(json.dumps(results, indent=1))
     print("| collection | queries | hits | max abs(contributions + bias - score) | nDCG@10 | loss, top feature "
-          "replaced | loss, random feature replaced | p | top features (queries) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+          "replaced (p against random) | loss, top tree feature replaced (p) | loss, random feature replaced | "
+          "top features (queries) | top tree features (queries) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for name, r in results.items():
         tops = ", ".join(f"{k} {v}" for k, v in list(r["top_features"].items())[:3])
+        trees = ", ".join(f"{k} {v}" for k, v in list(r["top_tree_features"].items())[:3])
         print(f"| {name} | {r['queries']} | {r['hits']} | {r['max_abs_sum_minus_score']:.1e} | {r['nDCG@10']:.4f} | "
-              f"{r['loss_top']:.4f} | {r['loss_random']:.4f} | {r['p']:.2g} | {tops} |")
+              f"{r['loss_top']:.4f} ({r['p']:.2g}) | {r['loss_top_tree']:.4f} ({r['p_tree']:.2g}) | "
+              f"{r['loss_random']:.4f} | {tops} | {trees} |")
 
 
 if __name__ == "__main__":

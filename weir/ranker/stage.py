@@ -63,13 +63,15 @@ class Reranker(Stage):
                  depth: int | None = None, explain: bool = False) -> Run:
         if run is None:
             raise ValueError(f"{self.name} is a reranker: it needs candidates from a first stage")
-        if explain and self.explains:
-            return self.rerank(queries, run, depth or self.depth, explain=True).truncated(k)
+        if explain and self.explains:  # the hits it hands on are explained, not every one it rescored
+            return self.rerank(queries, run, depth or self.depth, explain=k).truncated(k)
         return self.rerank(queries, run, depth or self.depth).truncated(k)
 
     @abstractmethod
     def rerank(self, queries: Sequence[Query], run: Run, depth: int) -> Run:
-        """Rescore the top ``depth`` hits of each query; hits below ``depth`` follow them in their old order."""
+        """Rescore the top ``depth`` hits of each query; hits below ``depth`` follow them in their old order. A
+        reranker that ``explains`` also takes ``explain``: how many of its best hits a query to keep the reasons of
+        (0: none)."""
 
 
 class Pipeline(Stage):

@@ -167,6 +167,8 @@ def test_contributions_add_up_to_each_score(members, init_from, rounds):
     parts = model.contributions(X, qids)
     assert parts.shape == (60, len(FEATURES) + 1)
     np.testing.assert_allclose(parts.sum(axis=1), model.predict(X, qids), rtol=0, atol=1e-9)
+    some = np.array([3, 25, 59])  # a few rows' alone: the standardization still reads their queries' every row
+    np.testing.assert_allclose(model.contributions(X, qids, some), parts[some], rtol=0, atol=1e-12)
     if rounds == 0:  # the boosted-from feature is the whole score
         assert (parts[:, [i for i, f in enumerate(FEATURES) if f != init_from]] == 0).all()
     assert [*model.features, BIAS][-1] == "(bias)"

@@ -130,21 +130,24 @@ class LTRModel:
             raise InputError(f"the LTR model reads features this version cannot compute: {', '.join(missing)}")
         return [where[n] for n in self.features]
 
-    def contributions(self, X: np.ndarray, qids: Sequence[str] | None = None) -> np.ndarray:
-        """What each row's score (:meth:`predict`) is made of: a column per feature (its TreeSHAP contribution; for
-        the ``init_from`` feature, plus its standardized value, which the score adds), then :data:`BIAS`. Each row
-        sums to its score."""
-        if not len(X):
+    def contributions(self, X: np.ndarray, qids: Sequence[str] | None = None,
+                      rows: np.ndarray | None = None) -> np.ndarray:
+        """What the scores of rows ``X`` (:meth:`predict`) are made of: a column per feature (its TreeSHAP
+        contribution; for the ``init_from`` feature, plus its standardized value, which the score adds), then
+        :data:`BIAS`. Each row sums to its score. ``rows``: only these rows' (the standardization still reads every
+        row of their queries)."""
+        rows = np.arange(len(X)) if rows is None else np.asarray(rows, dtype=np.int64)
+        if not len(rows):
             return np.zeros((0, len(self.features) + 1))
         if self.rounds == 0:
-            out = np.zeros((len(X), len(self.features) + 1))
+            out = np.zeros((len(rows), len(self.features) + 1))
         else:
-            out = np.asarray(contributions_of(self.boosters, X), dtype=np.float64)
+            out = np.asarray(contributions_of(self.boosters, X[rows]), dtype=np.float64)
         if self.init_from:
             if qids is None:
                 raise ValueError("this model boosts from a feature: its contributions need the rows' query ids")
             col = self.features.index(self.init_from)
-            out[:, col] += base_scores(X, query_groups(list(qids)), col)
+            out[:, col] += base_scores(X, query_groups(list(qids)), col)[rows]
         return out
 
     def predict(self, X: np.ndarray, qids: Sequence[str] | None = None) -> np.ndarray:
@@ -198,9 +201,10 @@ class LTRReranker(Reranker):
 
     explains = True
 
-    def rerank(self, queries: Sequence[Query], run: Run, depth: int, explain: bool = False) -> Run:
-        """Rescore the top ``depth``; with ``explain``, each hit's score in its features' contributions and the bias
-        (reasons ``ltr:FEATURE`` and ``ltr:(bias)``)."""
+    def rerank(self, queries: Sequence[Query], run: Run, depth: int, explain: int = 0) -> Run:
+        """Rescore the top ``depth``; with ``explain``, the score of each query's best ``explain`` hits (ties at the
+        last included) in its features' contributions and the bias (reasons ``ltr:FEATURE``, ``ltr:(bias)``; NaN
+        for the other hits: TreeSHAP costs some 60 microseconds a hit, the features' own extraction much more)."""
         import time
 
         start = time.perf_counter()
@@ -212,14 +216,26 @@ class LTRReranker(Reranker):
         by_query: dict[str, list[float]] = {}
         for qid, s in zip(qids, scores):
             by_query.setdefault(qid, []).append(float(s))
-        reasons = None
-        if explain:
-            parts = self.model.contributions(X[:, self.cols], qids)
-            names = [*self.model.features, BIAS]
-            starts = {}
-            for i, qid in enumerate(qids):
-                starts.setdefault(qid, i)
-            reasons = {qid: {n: parts[at:at + len(v), j] for j, n in enumerate(names)}
-                       for qid, v in by_query.items() for at in (starts[qid],)}
-            self.last_timings["explain"] = time.perf_counter() - mid - self.last_timings["predict"]
+        reasons = self._reasons(X, qids, scores, explain) if explain else None
         return apply_scores(queries, run, depth, by_query, self.name, reasons)
+
+    def _reasons(self, X: np.ndarray, qids: list[str], scores: np.ndarray, top: int) -> dict[str, dict]:
+        """Per query, ``{part: values}`` over its rescored hits (in run order): the contributions of its ``top``
+        best (by score, every hit tied with the last of them included), NaN elsewhere."""
+        import time
+
+        start = time.perf_counter()
+        spans: dict[str, list[int]] = {}
+        for i, qid in enumerate(qids):
+            spans.setdefault(qid, [i, i])[1] = i + 1
+        chosen = []
+        for a, b in spans.values():
+            block = scores[a:b]
+            kth = np.sort(block)[::-1][min(top, len(block)) - 1]
+            chosen.append(np.flatnonzero(block >= kth) + a)
+        rows = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+        parts = np.full((len(qids), len(self.model.features) + 1), np.nan)
+        parts[rows] = self.model.contributions(X[:, self.cols], qids, rows)
+        names = [*self.model.features, BIAS]
+        self.last_timings["explain"] = time.perf_counter() - start
+        return {qid: {n: parts[a:b, j] for j, n in enumerate(names)} for qid, (a, b) in spans.items()}
