@@ -20,6 +20,7 @@ of ``hybrid>>ltr`` was trained on all six collections' training or evaluation ju
 scores on ArguAna, the DL pool, CACM and Cranfield are in-sample for the LTR model, though never for the calibration.
 
 Usage: python research/calibration.py runs|fit|judge [--work DIR] [--pipelines dense,hybrid,...]
+       [--train beir-arguana:queries.train-genq.tsv:qrels.train-genq.txt --limit 2000]   # fitted in domain
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ EVALUATED = {  # collection -> grade counted relevant, drop hits whose id is the
     "cacm": (1, False), "cranfield": (1, False),
 }
 PIPELINES = "bm25,dense,hybrid,hybrid>>ltr,bm25>>attention"
-TRAIN = ("beir-scifact", "queries.train.tsv", "qrels.train.txt")
+TRAIN = ("beir-scifact", "queries.train.tsv", "qrels.train.txt")  # --train: another collection's training split
 DEPTH, TOP, CUTOFF = 20, 10, 0.5
 
 
@@ -57,15 +58,16 @@ def run_path(work: Path, collection: str, split: str, spec: str) -> Path:
     return work / "runs" / collection / f"{split}-{spec.replace('>>', '_')}.pkl"
 
 
-def cached_run(work: Path, collection: str, split: str, topics_file: str, spec: str):
-    """The uncalibrated top DEPTH of ``spec`` on a collection's topics (made and pickled once)."""
+def cached_run(work: Path, collection: str, split: str, topics_file: str, spec: str, limit: int | None = None):
+    """The uncalibrated top DEPTH of ``spec`` on a collection's topics (their first ``limit``; made and pickled
+    once)."""
     from weir import Index, pipeline
     from weir.core.trec import read_topics
 
     path = run_path(work, collection, split, spec)
     if path.is_file():
         return pickle.loads(path.read_bytes())
-    topics = read_topics(COLLECTIONS / collection / topics_file)
+    topics = read_topics(COLLECTIONS / collection / topics_file)[:limit]
     p = pipeline(spec, Index(work / "indexes" / collection))
     p.calibration = None
     start = time.perf_counter()
@@ -76,10 +78,19 @@ def cached_run(work: Path, collection: str, split: str, topics_file: str, spec: 
     return run
 
 
+def train_split(args) -> tuple[str, str, str]:
+    return tuple(args.train.split(":")) if args.train else TRAIN
+
+
+def train_run(args, work: Path, spec: str):
+    collection, topics, _ = train_split(args)
+    return cached_run(work, collection, "train", topics, spec, args.limit)
+
+
 def runs(args) -> None:
     work = work_dir(args)
     for spec in args.pipelines.split(","):
-        cached_run(work, TRAIN[0], "train", TRAIN[1], spec)
+        train_run(args, work, spec)
         for collection in EVALUATED:
             cached_run(work, collection, "test", "queries.tsv", spec)
 
@@ -90,9 +101,10 @@ def fit(args) -> None:
 
     work = work_dir(args)
     specs = args.pipelines.split(",")
-    c = COLLECTIONS / TRAIN[0]
-    data = tune_calibration(Index(work / "indexes" / TRAIN[0]), specs, str(c / TRAIN[1]), str(c / TRAIN[2]),
-                            runs={s: cached_run(work, TRAIN[0], "train", TRAIN[1], s) for s in specs})
+    collection, topics, qrels = train_split(args)
+    c = COLLECTIONS / collection
+    data = tune_calibration(Index(work / "indexes" / collection), specs, str(c / topics), str(c / qrels),
+                            runs={s: train_run(args, work, s) for s in specs})
     for spec in specs:
         print(spec, json.dumps(data["pipelines"][spec]["fit"]))
 
@@ -144,16 +156,19 @@ def judge(args) -> None:
 
     work = work_dir(args)
     specs = args.pipelines.split(",")
-    index = Index(work / "indexes" / TRAIN[0])
+    trained, train_topics_file, train_qrels_file = train_split(args)
+    index = Index(work / "indexes" / trained)
     calibrations = {s: registry.calibration(s, index) for s in specs}
     missing = [s for s, c in calibrations.items() if c is None]
     if missing:
         raise SystemExit(f"not calibrated over {index.path}: {', '.join(missing)}; run the fit step")
-    train_topics = read_topics(COLLECTIONS / TRAIN[0] / TRAIN[1])
-    train_qrels = read_qrels(COLLECTIONS / TRAIN[0] / TRAIN[2])
-    thresholds = {s: global_threshold(cached_run(work, TRAIN[0], "train", TRAIN[1], s), calibrations[s],
-                                      train_topics, train_qrels) for s in specs}
-    table: dict = {"thresholds": {s: {"raw_score": t, "mean_kept_train": k} for s, (t, k) in thresholds.items()},
+    train_topics = read_topics(COLLECTIONS / trained / train_topics_file)[:args.limit]
+    train_qrels = read_qrels(COLLECTIONS / trained / train_qrels_file)
+    thresholds = {s: global_threshold(train_run(args, work, s), calibrations[s], train_topics, train_qrels)
+                  for s in specs}
+    suffix = "" if trained == TRAIN[0] else f"-fit-{trained}"
+    table: dict = {"trained_on": trained,
+                   "thresholds": {s: {"raw_score": t, "mean_kept_train": k} for s, (t, k) in thresholds.items()},
                    "rows": {}}
     for collection, (min_rel, _) in EVALUATED.items():
         topics = read_topics(COLLECTIONS / collection / "queries.tsv")
@@ -164,10 +179,10 @@ def judge(args) -> None:
                                   qrels, min_rel, thresholds[s][0])
             table["rows"][f"{collection} {s}"] = {**row, "reliability": bins}
             curves.append((f"{s} (ECE {row['ece_top10']:.3f})", bins))
-        reliability_plot(curves, f"{collection}: P(relevant) on the top 10 (fitted on SciFact train)",
-                         work / f"reliability-{collection}.png")
-    (work / "judge.json").write_text(json.dumps(table, indent=1))
-    (work / "judge.md").write_text(markdown(table))
+        reliability_plot(curves, f"{collection}: P(relevant) on the top 10 (fitted on {trained} train)",
+                         work / f"reliability-{collection}{suffix}.png")
+    (work / f"judge{suffix}.json").write_text(json.dumps(table, indent=1))
+    (work / f"judge{suffix}.md").write_text(markdown(table))
     print(markdown(table))
 
 
@@ -188,6 +203,9 @@ def main() -> None:
     ap.add_argument("command", choices=("runs", "fit", "judge"))
     ap.add_argument("--work", help="cache directory (default $WEIR_CACHE/calibration)")
     ap.add_argument("--pipelines", default=PIPELINES)
+    ap.add_argument("--train", help="COLLECTION:TOPICS:QRELS fitted on instead of SciFact train (e.g. "
+                    "beir-arguana:queries.train-genq.tsv:qrels.train-genq.txt), into that collection's index")
+    ap.add_argument("--limit", type=int, help="the first N training topics only")
     args = ap.parse_args()
     {"runs": runs, "fit": fit, "judge": judge}[args.command](args)
 

@@ -82,7 +82,7 @@ def tune_calibration(index, pipelines: Sequence[str], topics_path: str, qrels_pa
     if depth < 1:
         raise InputError(f"the depth fitted on must be at least 1 (got {depth})")
     topics, qrels = read_topics(topics_path), read_qrels(qrels_path)
-    judged = [q for q in topics if q.id in qrels]
+    judged = [q for q in topics if q.id in qrels and (runs is None or any(q.id in r for r in runs.values()))]
     if not judged:
         raise InputError(f"no topic of {topics_path} is judged in {qrels_path}: wrong qrels?")
     tuned_on = {"topics": str(Path(topics_path).resolve()), "topics_sha256": sha256_file(topics_path),
