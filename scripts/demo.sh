@@ -4,8 +4,10 @@
 #      lowest-quality passages pruned before anything is encoded, with the cost of each component;
 #   2. `weir experiment` over the pipelines that matter (first stages, fusion, LTR and attention reranking) on the test
 #      topics: nDCG@10, R@100, latency, index size, significance against BM25, and a plot;
-#   3. serve the index over gRPC and ask one topic of BM25 and of the best reranking pipeline, side by side;
-#   4. how to call the service: `weir query`, five lines of Python, grpcurl.
+#   3. `weir tune calibration` on the training topics (when the collection has them): hybrid and hybrid>>ltr hits then
+#      carry P(relevant), and a caller can cut a ranking where it stops being likely relevant;
+#   4. serve the index over gRPC and ask one topic of BM25 and of the best reranking pipeline, side by side;
+#   5. how to call the service: `weir query`, five lines of Python, grpcurl.
 # A second run reuses the index and the experiment (both are checked to be the ones these settings make).
 # DEMO_QUICK=1: the BM25-only walk-through (index, evaluate, serve, one query), for CI and slow machines.
 # DEMO_PRUNE=learned:0.25 (estimator:fraction, or "none"), DEMO_DEPTH=20 (attention's reranking depth),
@@ -113,22 +115,37 @@ echo "   runs, per-query values and JSON: $experiment/; the plot: $experiment/ef
      "and $experiment/effectiveness-index-size.png"
 echo "   $(elapsed)"
 
+train_topics="$COLLECTION/queries.train.tsv"; train_qrels="$COLLECTION/qrels.train.txt"
+CALIBRATED="hybrid,hybrid>>ltr"
+if [ -f "$train_topics" ] && [ -f "$train_qrels" ]; then
+  echo "== 3. weir tune calibration: $CALIBRATED fitted on the training topics, their hits then carry P(relevant)"
+  if "$PY" scripts/demo_state.py calibrated "$index" "$CALIBRATED"; then
+    echo "   (the index holds these calibrations already: reused)"
+  else
+    weir tune calibration --index "$index" --pipelines "$CALIBRATED" --topics "$train_topics" --qrels "$train_qrels" \
+      "${extra[@]}"
+  fi
+else
+  echo "== 3. (no queries.train.tsv/qrels.train.txt beside the corpus: no calibration)"
+fi
+
 best=$("$PY" scripts/demo_state.py best-reranking "$experiment")
-echo "== 3. serve $index over gRPC on 127.0.0.1:$PORT, one topic asked of bm25 and of $best (the best reranking row)"
+echo "== 4. serve $index over gRPC on 127.0.0.1:$PORT, one topic asked of bm25 and of $best (the best reranking row)"
 serve_and_wait "$index" --pipelines "$SERVED"
 echo "   serving $(elapsed)"
 "$PY" scripts/demo_compare.py --server "127.0.0.1:$PORT" --experiment "$experiment" --topics "$topics" \
   --qrels "$qrels" --first bm25 --reranked "$best" -k 5
 
 cat <<HOWTO
-== 4. how to call it (reflection and health are on; the contract is proto/weir/v1/search.proto)
+== 5. how to call it (reflection and health are on; the contract is proto/weir/v1/search.proto)
    the command line:  $WEIR query --server 127.0.0.1:$PORT --pipeline "hybrid>>ltr" -k 5 "statins and heart disease"
+                      ... --min-relevance 0.5 --explain   (only the likely relevant hits, and why each is there)
    Python:
        from weir.service.client import SearchClient
        with SearchClient("127.0.0.1:$PORT") as client:
            answer = client.search("statins and heart disease", k=5, pipeline="hybrid>>ltr")
            for hit in answer.hits:
-               print(hit.rank, hit.doc_id, round(hit.score, 3))
+               print(hit.rank, hit.doc_id, round(hit.score, 3), hit.relevance if hit.HasField("relevance") else "")
    grpcurl:  grpcurl -plaintext -d '{"query": "statins and heart disease", "k": 5, "pipeline": "hybrid>>ltr"}' \\
                  127.0.0.1:$PORT weir.v1.SearchService/Search
              grpcurl -plaintext 127.0.0.1:$PORT weir.v1.SearchService/Info

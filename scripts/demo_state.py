@@ -5,6 +5,8 @@
 - ``cost PATH``: print what each component of the index cost to build, and its size.
 - ``experiment DIR INDEX PIPELINES``: exit 0 when DIR holds a `weir experiment` of these pipelines over this very
   index (its manifest's sha256); 1 otherwise.
+- ``calibrated PATH PIPELINES``: exit 0 when the index at PATH holds a calibration of each pipeline (comma-separated)
+  that calibrates it with the default options; 1 otherwise.
 - ``best-reranking DIR``: print the pipeline (without bracketed options) of the experiment's reranking row with the
   best nDCG@10.
 """
@@ -78,6 +80,14 @@ def best_reranking(directory: str) -> None:
     print(best["pipeline"])
 
 
+def calibrated(path: str, pipelines: str) -> bool:
+    from weir.indexer.index_dir import Index
+    from weir.ranker import registry
+
+    index = Index(path)
+    return all(registry.calibration(spec, index) is not None for spec in pipelines.split(","))
+
+
 def main() -> int:
     command, *args = sys.argv[1:]
     if command == "index":
@@ -87,6 +97,8 @@ def main() -> int:
         return 0
     if command == "experiment":
         return 0 if experiment_is(*args) else 1
+    if command == "calibrated":
+        return 0 if calibrated(*args) else 1
     if command == "best-reranking":
         best_reranking(*args)
         return 0

@@ -81,15 +81,33 @@ def test_weir_run_writes_the_relevance_beside_the_run(calibrated, tmp_path, caps
 
 
 @pytest.fixture(scope="module")
-def client(calibrated):
+def server(calibrated):
     config = ServiceConfig.load(index=str(calibrated.path), port=0, verify_checksums=False,
-                                pipelines=["bm25", "dense"])
-    with BackgroundServer(config) as server, SearchClient(f"127.0.0.1:{server.port}", timeout=30) as c:
+                                pipelines=["bm25", "dense", "hybrid"])
+    with BackgroundServer(config) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with SearchClient(f"127.0.0.1:{server.port}", timeout=30) as c:
         yield c
 
 
+def test_weir_query_asks_for_a_cutoff_and_reasons(server, capsys):
+    address = f"127.0.0.1:{server.port}"
+    assert main(["query", "--server", address, "--min-relevance", "0.05", "coffee liver disease"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all("P(rel)" in line for line in lines)
+    assert main(["query", "--server", address, "--pipeline", "hybrid", "--explain", "-k", "2", "coffee"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("hybrid ") == 4 and "bm25" in out and "dense" in out  # two hits, two fused stages each
+    assert main(["query", "--server", address, "--pipeline", "dense", "--min-relevance", "0.5", "coffee"]) == 2
+    assert "INVALID_ARGUMENT" in capsys.readouterr().err
+
+
 def test_grpc_hits_carry_the_same_relevance_and_callers_get_their_own_cut(calibrated, client):
-    assert list(client.info().calibrated_pipelines) == ["bm25"]
+    assert list(client.info().calibrated_pipelines) == ["bm25"]  # not dense, not hybrid
     local = registry.build("bm25", calibrated)([Query("q", "coffee liver disease")], k=10).ranking("q")
     hits = client.search("coffee liver disease", k=10).hits
     assert [h.doc_id for h in hits] == local.doc_ids() and all(h.HasField("relevance") for h in hits)

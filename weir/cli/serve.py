@@ -53,11 +53,15 @@ def cmd_query(args) -> int:
     text = " ".join(args.query)
     with SearchClient(args.server, timeout=args.timeout) as client:
         try:
-            response = client.search(text, k=args.k, pipeline=args.pipeline, include_text=True, depth=args.depth)
+            response = client.search(text, k=args.k, pipeline=args.pipeline, include_text=True, depth=args.depth,
+                                     min_relevance=args.min_relevance, explain=args.explain)
         except grpc.RpcError as e:
             raise InputError(f"{args.server}: {e.code().name}: {e.details()}") from None
     for h in response.hits:
-        print(f"{h.rank:>3}  {h.score:8.4f}  {h.doc_id:<12}  {h.title or h.text[:100]}")
+        relevance = f"  P(rel) {h.relevance:.3f}" if h.HasField("relevance") else ""
+        print(f"{h.rank:>3}  {h.score:8.4f}{relevance}  {h.doc_id:<12}  {h.title or h.text[:100]}")
+        for r in h.reasons:
+            print(f"       {r.stage:>8} {r.contribution:+9.4f}  {r.part}")
     stage_ms = ", ".join(f"{t.stage} {t.milliseconds:.1f} ms" for t in response.timings)
     print(f"({len(response.hits)} hits from {args.server}, pipeline {response.pipeline}; {stage_ms})", file=sys.stderr)
     return 0
@@ -120,4 +124,7 @@ def add_parsers(sub) -> None:
     q.add_argument("--pipeline", default="", help="pipeline name (default: the server's default)")
     q.add_argument("--depth", type=int, default=0, help="candidates reranked (default: the pipeline's)")
     q.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+    q.add_argument("--min-relevance", type=float, default=None, metavar="P",
+                   help="only the hits at least P likely relevant (a pipeline the server has calibrated)")
+    q.add_argument("--explain", action="store_true", help="print each hit's reasons (a fusion's and LTR's parts)")
     q.set_defaults(func=cmd_query)
