@@ -67,6 +67,20 @@ def cmd_query(args) -> int:
     return 0
 
 
+def add_query_parser(sub) -> None:
+    q = sub.add_parser("query", help="ask a running weir server (gRPC client)")
+    q.add_argument("query", nargs="+", help="the query text")
+    q.add_argument("--server", default="127.0.0.1:50051", help="host:port of the server (default 127.0.0.1:50051)")
+    q.add_argument("-k", "--k", type=int, default=10, help="hits to return (default 10)")
+    q.add_argument("--pipeline", default="", help="pipeline name (default: the server's default)")
+    q.add_argument("--depth", type=int, default=0, help="candidates reranked (default: the pipeline's)")
+    q.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+    q.add_argument("--min-relevance", type=float, default=None, metavar="P",
+                   help="only the hits at least P likely relevant (a pipeline the server has calibrated)")
+    q.add_argument("--explain", action="store_true", help="print each hit's reasons (a fusion's and LTR's parts)")
+    q.set_defaults(func=cmd_query)
+
+
 def add_parsers(sub) -> None:
     sv = sub.add_parser("serve", help="serve an index over gRPC (SearchService, health, reflection)",
                         description="Serve an index over gRPC. Settings come from --config (TOML, see weir/service/config.py) "
@@ -117,14 +131,4 @@ def add_parsers(sub) -> None:
     add_pipeline_options(sv, pipeline=False)
     sv.set_defaults(func=cmd_serve)
 
-    q = sub.add_parser("query", help="ask a running weir server (gRPC client)")
-    q.add_argument("query", nargs="+", help="the query text")
-    q.add_argument("--server", default="127.0.0.1:50051", help="host:port of the server (default 127.0.0.1:50051)")
-    q.add_argument("-k", "--k", type=int, default=10, help="hits to return (default 10)")
-    q.add_argument("--pipeline", default="", help="pipeline name (default: the server's default)")
-    q.add_argument("--depth", type=int, default=0, help="candidates reranked (default: the pipeline's)")
-    q.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
-    q.add_argument("--min-relevance", type=float, default=None, metavar="P",
-                   help="only the hits at least P likely relevant (a pipeline the server has calibrated)")
-    q.add_argument("--explain", action="store_true", help="print each hit's reasons (a fusion's and LTR's parts)")
-    q.set_defaults(func=cmd_query)
+    add_query_parser(sub)
