@@ -68,6 +68,24 @@ top 10 equal to Lucene's; pruned 2.76 (12.56), exhaustive 2.21 (19.24), Lucene 3
 
 Through the default policy (:func:`weir.ranker.retrievers.inverted.prunes`) a deep top k over a collection under 3M
 documents is answered by the exhaustive scorer, which is faster there.
+
+The build profiled for steps that grow faster than the collection (issue 51, item 5; stop 58, Intel Xeon with AMX):
+``py-spy record --rate 50 --format raw --subprocesses -- python -m weir index build --collection
+$WEIR_CACHE/scale/msmarco-like-N/corpus.jsonl --out DIR --with bm25`` at 100k and 1M (17.4 s and 128.5 s; 682 and
+5,009 samples of the Python threads; Lucene's own indexing runs in the JVM, seen from Python as the indexing call and
+its wait). Samples at 1M (at 100k), inclusive: postings export 1,772 (258: 6.9x for 10x the documents), its segment
+reading 1,601 (226: 7.1x); Lucene indexing called from Python 1,840 (258: 7.1x); the document store 1,074 (95:
+11.3x), nearly all of it reading each stored document back through pyjnius, one call a document (``_read_raw``,
+949); the docid table 796 (84: 9.5x), likewise a call a document (``_stored_ids``); reading and validating the corpus
+301 (30: 10x). No step grows beyond the collection's ratio by more than the sampling's noise at 100k (a few dozen
+samples); at 8.8M (stop 55) each step took 9.4-10.9x its 1M time. The largest linear costs left are the per-document
+calls into Java that read back the stored documents and ids (34 s of the 1M build's 128): Lucene numbers the
+documents as its indexing threads add them, so the build reads them back in Lucene's order rather than writing them
+from the corpus stream. Both were read into a list of every document before being written (at 8.8M the document
+store's step peaked at 7.1 GiB anonymous); they are now written as read: the 1M build at 6ae1f42 and after, one
+after the other on the same machine, the document store step 22.9 s and 1,900 MiB anonymous against 20.1 s and
+1,669 MiB, the whole build 126.6 s against 118.4 s, every document's title and text the same by id (Lucene's doc
+numbers differ from build to build: its indexing threads). Not measured at 8.8M (its corpus is not on this machine).
 """
 
 from __future__ import annotations

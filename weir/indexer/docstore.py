@@ -45,13 +45,26 @@ def title_and_text(raw: str) -> tuple[str, str]:
 
 
 @jvm.serialized
-def _read_raw(lucene_path: Path) -> list[str]:
+def _write_text(lucene_path: Path, path: Path) -> np.ndarray:
+    """Write every stored document's title and text into ``path`` as it is read from Lucene, one document at a time
+    (no list of all of them: at 8.8M passages that list was the build's peak memory); their offsets."""
     from weir.indexer.lucene import open_reader
 
     reader = open_reader(lucene_path)
     try:
-        stored = reader.storedFields()
-        return [stored.document(i).get("raw") or "" for i in range(reader.maxDoc())]
+        stored, n = reader.storedFields(), reader.maxDoc()
+        offsets = np.zeros(2 * n + 1, dtype=np.int64)
+        position = 0
+        with open(path, "wb") as f:
+            for i in range(n):
+                raw = stored.document(i).get("raw") or ""
+                for j, part in enumerate(title_and_text(raw) if raw else ("", "")):
+                    data = part.encode("utf-8")
+                    f.write(data)
+                    offsets[2 * i + j] = position
+                    position += len(data)
+        offsets[-1] = position
+        return offsets
     finally:
         reader.close()
 
@@ -61,26 +74,17 @@ def write_documents(lucene_path: Path) -> dict:
     manifest records."""
     lucene_path = Path(lucene_path)
     start = time.perf_counter()
-    raws = _read_raw(lucene_path)
     directory = lucene_path / DIRECTORY
     directory.mkdir(exist_ok=True)
-    offsets = np.zeros(2 * len(raws) + 1, dtype=np.int64)
-    position = 0
-    with open(directory / "text.bin", "wb") as f:
-        for i, raw in enumerate(raws):
-            for j, part in enumerate(title_and_text(raw) if raw else ("", "")):
-                data = part.encode("utf-8")
-                f.write(data)
-                offsets[2 * i + j] = position
-                position += len(data)
-    offsets[-1] = position
+    offsets = _write_text(lucene_path, directory / "text.bin")
     np.save(directory / "offsets.npy", offsets)
+    documents, position = (len(offsets) - 1) // 2, int(offsets[-1])
     seconds = time.perf_counter() - start
     name, digest = commit_digest(lucene_path)
-    meta = {"format": FORMAT, "documents": len(raws), "bytes": position, "seconds": round(seconds, 2),
+    meta = {"format": FORMAT, "documents": documents, "bytes": position, "seconds": round(seconds, 2),
             "lucene_commit": {"file": name, "sha256": digest}}
     (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    return {"directory": DIRECTORY, "documents": len(raws), "bytes": position, "seconds": round(seconds, 2)}
+    return {"directory": DIRECTORY, "documents": documents, "bytes": position, "seconds": round(seconds, 2)}
 
 
 class DocumentStore:

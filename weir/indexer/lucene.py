@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from weir.core import jvm
@@ -79,8 +79,14 @@ def open_reader(path: Path):
 
 
 def _stored_ids(reader) -> list[str]:
+    return list(_each_stored_id(reader))
+
+
+def _each_stored_id(reader) -> Iterator[str]:
+    """The stored ``id`` of each doc number, in order, read one at a time (the caller holds the JVM lock)."""
     stored = reader.storedFields()
-    return [stored.document(i).get("id") for i in range(reader.maxDoc())]
+    for i in range(reader.maxDoc()):
+        yield stored.document(i).get("id")
 
 
 @jvm.serialized
@@ -89,7 +95,7 @@ def write_docid_table(path: Path) -> int:
     reader = open_reader(path)
     try:
         with open(path / DOCIDS, "w", encoding="utf-8") as f:
-            f.writelines(docid + "\n" for docid in _stored_ids(reader))
+            f.writelines(docid + "\n" for docid in _each_stored_id(reader))  # written as read: no list of all
         return reader.maxDoc()
     finally:
         reader.close()
