@@ -120,7 +120,9 @@ def global_threshold(train_run, calibration, topics, qrels) -> tuple[float, floa
     return (float(scores[n - 1]) if n else float("inf")), float(kept)
 
 
-def judge_one(run, calibration, topics, qrels, min_rel: int, threshold: float) -> tuple[dict, list]:
+def judge_one(run, calibration, topics, qrels, min_rel: int, threshold: float, first=None) -> tuple[dict, list]:
+    """One pipeline's row on one collection; ``first``: its first stage's run (a reranked pipeline), whose top 10
+    the empty answers are also looked up in."""
     from weir.evaluation.calibration import (expected_calibration_error, judged_hits, mean_recall, reliability,
                                              set_measures)
     from weir.evaluation.significance import paired_test
@@ -136,6 +138,8 @@ def judge_one(run, calibration, topics, qrels, min_rel: int, threshold: float) -
     _, pvalue = paired_test([cut[q]["precision"] for q in qids], [raw[q]["precision"] for q in qids])
     empty = [q for q in qids if not by_cut[q]]
     relevant_top = {q for q in qids if any(qrels[q].get(d, 0) >= min_rel for d in candidates[q])}
+    first_top = {q: first.ranking(q).doc_ids()[:TOP] if q in first else [] for q in qids} if first else candidates
+    relevant_first = {q for q in qids if any(qrels[q].get(d, 0) >= min_rel for d in first_top[q])}
     bins = reliability(p, y)
     row = {"queries": len(qids), "ece_top10": expected_calibration_error(p, y), "relevant_share_top10": float(y.mean()),
            "mean_p_top10": float(p.mean()),
@@ -144,7 +148,8 @@ def judge_one(run, calibration, topics, qrels, min_rel: int, threshold: float) -
            "precision_cut": float(np.mean([cut[q]["precision"] for q in qids])),
            "precision_raw": float(np.mean([raw[q]["precision"] for q in qids])),
            "recall_cut": mean_recall(cut), "recall_raw": mean_recall(raw), "p_precision": pvalue,
-           "empty": len(empty), "empty_without_relevant_top10": sum(q not in relevant_top for q in empty)}
+           "empty": len(empty), "empty_without_relevant_top10": sum(q not in relevant_top for q in empty),
+           "empty_without_relevant_first_stage_top10": sum(q not in relevant_first for q in empty)}
     return row, bins
 
 
@@ -175,8 +180,10 @@ def judge(args) -> None:
         qrels = read_qrels(COLLECTIONS / collection / "qrels.txt")
         curves = []
         for s in specs:
+            first = s.split(">>")[0] if ">>" in s else None
+            first_run = cached_run(work, collection, "test", "queries.tsv", first) if first else None
             row, bins = judge_one(cached_run(work, collection, "test", "queries.tsv", s), calibrations[s], topics,
-                                  qrels, min_rel, thresholds[s][0])
+                                  qrels, min_rel, thresholds[s][0], first_run)
             table["rows"][f"{collection} {s}"] = {**row, "reliability": bins}
             curves.append((f"{s} (ECE {row['ece_top10']:.3f})", bins))
         reliability_plot(curves, f"{collection}: P(relevant) on the top 10 (fitted on {trained} train)",
@@ -188,13 +195,15 @@ def judge(args) -> None:
 
 def markdown(table: dict) -> str:
     lines = ["| collection | pipeline | ECE@10 | relevant / mean P | hits a query: cut / raw | set P: cut / raw (p) "
-             "| set R: cut / raw | empty (none relevant in top 10) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| set R: cut / raw | empty (none relevant in its top 10 / the first stage's) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in table["rows"].items():
         collection, spec = name.split(" ", 1)
         lines.append(f"| {collection} | {spec} | {r['ece_top10']:.4f} | {r['relevant_share_top10']:.3f} / "
                      f"{r['mean_p_top10']:.3f} | {r['kept_cut']:.2f} / {r['kept_raw']:.2f} | {r['precision_cut']:.3f} /"
                      f" {r['precision_raw']:.3f} ({r['p_precision']:.2g}) | {r['recall_cut']:.3f} / "
-                     f"{r['recall_raw']:.3f} | {r['empty']} ({r['empty_without_relevant_top10']}) |")
+                     f"{r['recall_raw']:.3f} | {r['empty']} ({r['empty_without_relevant_top10']} / "
+                     f"{r['empty_without_relevant_first_stage_top10']}) |")
     return "\n".join(lines) + "\n"
 
 
