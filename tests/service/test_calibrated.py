@@ -12,6 +12,8 @@ import threading
 import grpc
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from weir.cli import main
 from weir.core.types import InputError, Query, Run
@@ -159,3 +161,20 @@ def test_weir_explain_prints_reasons_for_a_query_and_sums_them_up_over_topics(ca
     assert "hybrid" in out and "bm25" in out and "largest in" in out
     assert main(["explain", "--index", str(calibrated.path)]) == 2  # neither a query nor --topics
     assert "give a query" in capsys.readouterr().err
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(min_relevance=st.floats(width=32), k=st.integers(1, 12), explain=st.booleans())
+def test_generated_cutoffs_answer_a_prefix_or_are_refused(client, min_relevance, k, explain):
+    """Any float32 cutoff: within 0..1 the answer is the prefix of the uncut ranking at or above it, else
+    INVALID_ARGUMENT; explained or not."""
+    whole = client.search("coffee liver disease", k=k).hits
+    try:
+        hits = client.search("coffee liver disease", k=k, min_relevance=min_relevance, explain=explain).hits
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and not 0.0 <= min_relevance <= 1.0
+        return
+    assert 0.0 <= min_relevance <= 1.0
+    assert [h.doc_id for h in hits] == [h.doc_id for h in whole][:len(hits)]
+    assert all(h.relevance >= np.float32(min_relevance) for h in hits)
+    assert all(h.relevance <= np.float32(min_relevance) for h in whole[len(hits):len(hits) + 1])  # float32 on the wire
