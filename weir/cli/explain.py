@@ -126,5 +126,7 @@ def add_parsers(sub) -> None:
     e.add_argument("--top", type=int, default=5, help="parts shown per stage (default 5; the rest are summed)")
     e.add_argument("--remove-identical", action="store_true", help="with --topics: drop hits whose docid is the qid")
     e.add_argument("--format", choices=("text", "json"), default="text")
-    add_pipeline_options(e)
-    e.set_defaults(func=cmd_explain, pipeline="hybrid>>ltr")
+    e.add_argument("--pipeline", default="hybrid>>ltr", help="first stage and rerankers joined by '>>' (default: "
+                   "hybrid>>ltr; the stages that explain themselves: a fusion such as hybrid, and ltr)")
+    add_pipeline_options(e, pipeline=False)
+    e.set_defaults(func=cmd_explain)
