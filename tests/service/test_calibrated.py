@@ -22,6 +22,7 @@ from weir.ranker import registry
 from weir.service.client import SearchClient
 from weir.service.config import ServiceConfig
 from weir.service.server import BackgroundServer
+from weir.service.stubs import search_pb2
 
 JUDGED = {  # query -> documents of tests.ranker.test_stage_contract.TEXTS judged relevant
     "coffee liver disease": ["d0", "d6"], "caffeine sleep": ["d3"], "heart disease": ["d7", "d8"],
@@ -85,7 +86,7 @@ def test_weir_run_writes_the_relevance_beside_the_run(calibrated, tmp_path, caps
 @pytest.fixture(scope="module")
 def server(calibrated):
     config = ServiceConfig.load(index=str(calibrated.path), port=0, verify_checksums=False,
-                                pipelines=["bm25", "dense", "hybrid"])
+                                pipelines=["bm25", "dense", "hybrid", "bm25>>ltr"])
     with BackgroundServer(config) as s:
         yield s
 
@@ -94,6 +95,44 @@ def server(calibrated):
 def client(server):
     with SearchClient(f"127.0.0.1:{server.port}", timeout=30) as c:
         yield c
+
+
+def _answer(response) -> bytes:
+    """A response's bytes without what depends on the batch it ran in (timings, batch size)."""
+    response.ClearField("timings")
+    response.batch_size = 0
+    return response.SerializeToString(deterministic=True)
+
+
+def test_concurrent_callers_get_the_relevance_and_reasons_of_sequential_calls(client):
+    """Calibrated bm25 (relevance, cutoffs) and explained hybrid and bm25>>ltr (a fusion's shares, TreeSHAP per
+    query of a batch): 8 callers at once, each call answered byte for byte as when it was asked alone."""
+    calls = [(q, pipeline, cutoff, explain) for q in QUERIES
+             for pipeline, cutoff, explain in (("bm25", None, False), ("bm25", 0.2, True), ("hybrid", None, True),
+                                               ("bm25>>ltr", None, True))]
+    sequential = [_answer(client.search(q, k=5, pipeline=p, min_relevance=m, explain=e)) for q, p, m, e in calls]
+    assert any(h.reasons for h in search_pb2.SearchResponse.FromString(sequential[-1]).hits)
+    concurrent: dict[int, bytes] = {}
+    order = iter(range(len(calls) * 2))
+    lock = threading.Lock()
+
+    def caller() -> None:
+        while True:
+            with lock:
+                i = next(order, None)
+            if i is None:
+                return
+            q, p, m, e = calls[i % len(calls)]
+            answer = _answer(client.search(q, k=5, pipeline=p, min_relevance=m, explain=e))
+            with lock:
+                concurrent[i] = answer
+
+    threads = [threading.Thread(target=caller) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [concurrent[i] for i in range(len(calls) * 2)] == sequential * 2
 
 
 def test_weir_query_asks_for_a_cutoff_and_reasons(server, capsys):

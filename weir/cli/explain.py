@@ -13,6 +13,7 @@ from collections import defaultdict
 import numpy as np
 
 from weir.cli.options import add_pipeline_options, pipeline_options
+from weir.core.hits import BIAS_PART
 from weir.core.types import InputError
 
 
@@ -64,7 +65,7 @@ def summary(run, top: int) -> list[dict]:
                 s[0] += value
                 s[1] += abs(value)
                 s[2] += 1
-                if stage not in seen and part != "(bias)":
+                if stage not in seen and part != BIAS_PART:
                     s[3] += 1
                     seen.add(stage)
                     scored[stage] += 1

@@ -14,7 +14,8 @@ the fitting; this module only applies what it wrote) into ``<index>/tuning/calib
 settings. Each entry is versioned and records what the pipeline was when fitted
 (:func:`weir.ranker.registry.score_identity`: its stages' options, its rerankers' model cards, the fusion
 settings); a pipeline built later is calibrated only by an entry of the same identity, else it is served
-uncalibrated, with a warning naming what changed, never with probabilities fitted to other scores. A logistic regression is a dot product and a sigmoid: numpy, written here.
+uncalibrated, with a warning naming what changed, never with probabilities fitted to other scores. A logistic
+regression is a dot product and a sigmoid: numpy, written here.
 """
 
 from __future__ import annotations
@@ -158,8 +159,8 @@ def calibration_for(index, spec: str, identity: Callable[[], Mapping[str, Any]])
 
 
 def cut(hits: Ranked, min_relevance: float | None) -> Ranked:
-    """The hits at or above ``min_relevance`` (a prefix: relevance never rises down a ranking)."""
-    if min_relevance is None:
+    """The hits at or above ``min_relevance`` (a prefix: relevance never rises down a ranking); no hits stay none."""
+    if min_relevance is None or not len(hits):
         return hits
     if hits.relevance is None:
         raise InputError("min_relevance needs calibrated hits")

@@ -221,10 +221,10 @@ def score_identity(spec: str, index: Index, options: PipelineOptions | None = No
         fusion["deepimpact+bm25"] = impact_fusion_settings(index, options.deepimpact_bm25)
         stages += ["deepimpact", "bm25"]
     own = {}
-    for name in dict.fromkeys(stages):
+    for name in dict.fromkeys(stages):  # a reranker's model is named by its card's hash below, not by its path
         entry = FIRST_STAGES.get(name) or RERANKERS[name]
         own[name] = {k: v for k, v in dataclasses.asdict(getattr(options, entry.options)).items()
-                     if k not in SCORE_NEUTRAL and k != "model"}
+                     if k not in SCORE_NEUTRAL and not (k == "model" and name in RERANKERS)}
     models = {}
     for i, name in enumerate(names):
         if name in RERANKERS:
@@ -232,9 +232,7 @@ def score_identity(spec: str, index: Index, options: PipelineOptions | None = No
             folder = given if os.path.isdir(given) else shipped_model(given)
             card = os.path.join(folder, "card.json")
             models[name] = sha256_file(card) if os.path.isfile(card) else os.path.basename(os.path.normpath(folder))
-    dense_model = options.dense.model if "dense" in stages else None
-    return {"pipeline": ">>".join(names), "options": own, "fusion": fusion, "models": models,
-            "dense_model": dense_model}
+    return {"pipeline": ">>".join(names), "options": own, "fusion": fusion, "models": models}
 
 
 def calibration(spec: str, index: Index, options: PipelineOptions | None = None) -> Calibration | None:

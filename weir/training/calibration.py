@@ -11,6 +11,7 @@ standardized features; no class weights, so that the probabilities keep the base
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -101,8 +102,7 @@ def tune_calibration(index, pipelines: Sequence[str], topics_path: str, qrels_pa
         record = {"identity": registry.score_identity(spec, index, options), "tuned_on": tuned_on, "depth": depth,
                   "min_rel": min_rel, "c": c, "remove_identical": remove_identical,
                   "fit": fit_stats(calibration, X, y, ranks), "created": utc_now()}
-        data["pipelines"][spec] = Calibration(spec, calibration.mean, calibration.scale, calibration.coef,
-                                              calibration.intercept, calibration.window, record).entry()
+        data["pipelines"][spec] = dataclasses.replace(calibration, record=record).entry()
     if write:
         path = calibration_path(index)
         path.parent.mkdir(exist_ok=True)

@@ -60,10 +60,13 @@ def query_groups(qids: Sequence[str]) -> list[int]:
     return sizes
 
 
-def predict_members(boosters: Sequence, X: np.ndarray) -> np.ndarray:
-    """The mean score of the boosters (each up to its best iteration) of rows ``X``."""
+def predict_members(boosters: Sequence, X: np.ndarray, contributions: bool = False) -> np.ndarray:
+    """The mean score of the boosters (each up to its best iteration) of rows ``X``; with ``contributions``, the
+    mean of their TreeSHAP feature contributions and bias instead (LightGBM's ``pred_contrib``: a column per
+    feature, then the expected value; a mean of scores is the mean of their contributions)."""
     threads = 1 if len(X) < 2000 else 0
-    scores = [b.predict(X, num_iteration=b.best_iteration or None, num_threads=threads) for b in boosters]
+    scores = [b.predict(X, num_iteration=b.best_iteration or None, num_threads=threads, pred_contrib=contributions)
+              for b in boosters]
     return scores[0] if len(scores) == 1 else np.mean(scores, axis=0)
 
 
@@ -134,15 +137,15 @@ class LTRModel:
                       rows: np.ndarray | None = None) -> np.ndarray:
         """What the scores of rows ``X`` (:meth:`predict`) are made of: a column per feature (its TreeSHAP
         contribution; for the ``init_from`` feature, plus its standardized value, which the score adds), then
-        :data:`BIAS`. Each row sums to its score. ``rows``: only these rows' (the standardization still reads every
-        row of their queries)."""
+        the bias (:data:`weir.core.hits.BIAS_PART`, the trees' expected value). Each row sums to its score.
+        ``rows``: only these rows' (the standardization still reads every row of their queries)."""
         rows = np.arange(len(X)) if rows is None else np.asarray(rows, dtype=np.int64)
         if not len(rows):
             return np.zeros((0, len(self.features) + 1))
         if self.rounds == 0:
             out = np.zeros((len(rows), len(self.features) + 1))
         else:
-            out = np.asarray(contributions_of(self.boosters, X[rows]), dtype=np.float64)
+            out = np.asarray(predict_members(self.boosters, X[rows], contributions=True), dtype=np.float64)
         if self.init_from:
             if qids is None:
                 raise ValueError("this model boosts from a feature: its contributions need the rows' query ids")
@@ -166,16 +169,6 @@ class LTRModel:
         return scores
 
 
-BIAS = BIAS_PART  # the part of every LTR score that no feature makes: the trees' expected value
-
-
-def contributions_of(boosters: Sequence, X: np.ndarray) -> np.ndarray:
-    """Each row's TreeSHAP feature contributions and bias (LightGBM's ``pred_contrib``: columns of the features, then
-    the expected value), the mean over the members (a mean of scores is the mean of their contributions)."""
-    threads = 1 if len(X) < 2000 else 0
-    parts = [b.predict(X, num_iteration=b.best_iteration or None, pred_contrib=True, num_threads=threads)
-             for b in boosters]
-    return parts[0] if len(parts) == 1 else np.mean(parts, axis=0)
 
 
 class LTRReranker(Reranker):
@@ -236,6 +229,6 @@ class LTRReranker(Reranker):
         rows = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
         parts = np.full((len(qids), len(self.model.features) + 1), np.nan)
         parts[rows] = self.model.contributions(X[:, self.cols], qids, rows)
-        names = [*self.model.features, BIAS]
+        names = [*self.model.features, BIAS_PART]
         self.last_timings["explain"] = time.perf_counter() - start
         return {qid: {n: parts[a:b, j] for j, n in enumerate(names)} for qid, (a, b) in spans.items()}

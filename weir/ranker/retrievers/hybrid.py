@@ -139,13 +139,16 @@ def fuse(rankings: Sequence[Ranked], *, method: str = "rrf", weights: Sequence[f
     for i, (r, at, w) in enumerate(zip(rankings, positions, weights, strict=True)):
         at = np.searchsorted(union, at)
         if method == "rrf":
-            part = np.zeros(len(union))
-            part[at] = w / (k + np.arange(1, len(r) + 1))
+            terms = w / (k + np.arange(1, len(r) + 1))
+            fused[at] += terms
+            if reasons is not None:  # a stage that did not retrieve a hit adds nothing to it
+                part = np.zeros(len(union))
+                part[at] = terms
         else:
             norm = normalized(r.scores, method)
             part = np.full(len(union), w * (norm.min() if len(norm) else 0.0))
             part[at] = w * norm
-        fused += part
+            fused += part
         if reasons is not None:
             reasons[f"{name}:{explain[i]}"] = part
         for stage, column in r.stages.items():
