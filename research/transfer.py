@@ -165,6 +165,8 @@ def main() -> None:
                     "the shipped recipe, e.g. 'sets={\"inner_by\": \"sets\"}' (repeatable)")
     ap.add_argument("--dl-attention", type=Path, default=None, help="ltr-sweep: a run of bm25>>attention over the DL "
                     "pool's BM25 top 100 (`weir run --candidates ... --pipeline attention`), reranked by each model")
+    ap.add_argument("--splits", default="test,test-bm25,test-attention", help="ltr-sweep: the evaluation splits "
+                    "reranked (test: the hybrid top 100; test-bm25: BM25's; test-attention: with --dl-attention)")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "transfer")
     ap.add_argument("--collections", default=",".join(SOURCES))
     ap.add_argument("--shape", default="bm25", choices=("bm25", "free"))
@@ -187,6 +189,7 @@ def main() -> None:
     args = ap.parse_args()
     args.quality_sources = [c for c in args.quality_sources.split(",") if c]
     args.collections = [c for c in args.collections.split(",") if c]
+    args.splits = [s for s in args.splits.split(",") if s]
     args.kinds = [k for k in args.kinds.split(",") if k]
     args.tag = args.tag or args.shape
     {"cache": cache, "loco": loco, "self": self_supervised, "final": final, "table": table, "ltr-loco": ltr_loco,

@@ -97,30 +97,38 @@ def _examples(name: str, split: str, args):
     return ex
 
 
-def _judge(held: str, ex, scores: dict, qrels) -> dict:
-    """nDCG@10 of the first stage, of the cosine alone and of the LTR scores over one split's candidates; the LTR
-    against each of the two (paired t-test p)."""
+def _judge(held: str, ex, scores: dict[str, dict], qrels) -> dict:
+    """nDCG@10 of the first stage, of the cosine alone and of each named set of LTR scores (``scores``: name ->
+    per-query scores, e.g. ``ltr`` and ``ltr_mean``) over one split's candidates; each LTR's paired t-test p against
+    the first stage and the cosine, its URisk (alpha 5) against the first stage, and every query's nDCG@10
+    (``per_query``: name -> {qid: value}) for any other paired figure later."""
     import numpy as np
 
     from weir.evaluation.measures import evaluate
+    from weir.evaluation.risk import urisk
     from weir.evaluation.significance import paired, paired_test
     from weir.ranker.rerankers.ltr_features import FEATURES
     from weir.ranker.stage import apply_scores
 
-    keep = set(scores)
+    keep = set.intersection(*(set(s) for s in scores.values()))
     queries = [q for q in ex.queries if q.id in keep]
     col = FEATURES.index("dense_cos")
     cos: dict[str, list[float]] = {}
     for qid, v in zip(ex.qids, np.nan_to_num(ex.X[:, col], nan=-2.0)):
         cos.setdefault(qid, []).append(float(v))
     runs = {"first": ex.run, "cos": apply_scores(queries, ex.run, 100, cos, "cos"),
-            "ltr": apply_scores(queries, ex.run, 100, scores, "ltr")}
+            **{name: apply_scores(queries, ex.run, 100, s, "ltr") for name, s in scores.items()}}
     if "--remove-identical" in SOURCES[held][3]:
         runs = {k: r.without_identical_ids() for k, r in runs.items()}
     per = {k: evaluate(r, qrels, ["nDCG@10"], min_rel=SOURCES[held][2], per_query=True) for k, r in runs.items()}
     row = {k: round(m["nDCG@10"], 4) for k, (m, _) in per.items()}
-    for k in ("first", "cos"):
-        row[f"p_{k}"] = round(paired_test(*paired(per["ltr"][1]["nDCG@10"], per[k][1]["nDCG@10"])[1:])[1], 3)
+    values = {k: p["nDCG@10"] for k, (_, p) in per.items()}
+    for name in scores:
+        suffix = "" if name == "ltr" else f"_{name}"
+        for k in ("first", "cos"):
+            row[f"p_{k}{suffix}"] = round(paired_test(*paired(values[name], values[k])[1:])[1], 3)
+        row[f"urisk5{suffix}"] = round(urisk(values[name], values["first"]), 5)
+    row["per_query"] = {k: {q: round(v, 5) for q, v in values[k].items()} for k in ("first", *scores)}
     return row
 
 
@@ -153,17 +161,23 @@ def ltr_sweep(args) -> None:
             boosters, info = fit_on(data, set(data[0].qids), config, FEATURES)
             qrels = read_qrels(COLLECTIONS / held / "qrels.txt")
             dl_attention = held == "msmarco-passage-trec-dl-pool" and args.dl_attention
-            for split in ("test", "test-bm25") + (("test-attention",) if dl_attention else ()):
+            for split in [s for s in args.splits if s != "test-attention" or dl_attention]:
                 ex = _examples(held, split, args)
-                scores = score_boosters(boosters, ex, set(ex.qids), init_column(config, FEATURES),
-                                        rounds=info.get("rounds"))
+                init = init_column(config, FEATURES)
+                scores = {"ltr": score_boosters(boosters, ex, set(ex.qids), init, rounds=info.get("rounds"),
+                                                risk=info.get("risk", 0.0))}
+                if info.get("risk"):  # the same members' mean, risk 0
+                    scores["ltr_mean"] = score_boosters(boosters, ex, set(ex.qids), init, rounds=info.get("rounds"))
                 seen = held in trained_on
                 row = {"variant": tag, "held_out": held, "split": split, "trained_on": trained_on,
                        "in_training": seen, **_judge(held, ex, scores, qrels), "rounds": info.get("rounds"),
+                       "risk": info.get("risk", 0.0), "risk_choice": info.get("risk_choice"),
                        "how": rounds_note(info), "fields": {**fields, "train_on": train_on}}
+                mean = (f" mean {row['ltr_mean']:.4f} (URisk5 {row['urisk5_ltr_mean']:+.4f})" if "ltr_mean" in row
+                        else "")
                 print(f"{tag:>12} {held + (' (trained on)' if seen else ''):>42} {split:>9}: first {row['first']:.4f}"
-                      f" cos {row['cos']:.4f} ltr {row['ltr']:.4f} (p {row['p_first']:.3f} / {row['p_cos']:.3f});"
-                      f" {row['how']}", flush=True)
+                      f" cos {row['cos']:.4f} ltr {row['ltr']:.4f} (p {row['p_first']:.3f} / {row['p_cos']:.3f};"
+                      f" URisk5 {row['urisk5']:+.4f}){mean}; {row['how']}", flush=True)
                 with open(out, "a", encoding="utf-8") as f:
                     f.write(json.dumps(row) + "\n")
 

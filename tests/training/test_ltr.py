@@ -228,3 +228,51 @@ def test_no_tree_beats_a_strong_init_feature_then_the_model_is_that_feature(tmp_
     model = LTRModel.load(tmp_path / "m")
     scores = model.predict(X[:per], qids[:per])
     assert list(np.argsort(-scores)) == list(np.argsort(-X[:per, col]))
+
+
+def test_the_risk_is_chosen_out_of_fold_by_urisk():
+    """Several members: each training row is scored by every member's inner-fold booster that never saw its query
+    (out of fold, at the chosen rounds); the risk recorded is the grid's best mean URisk over the sets (against the
+    candidates' order), recomputed here from those scores by hand; ties go to the smaller risk."""
+    from weir.evaluation.risk import urisk_of
+    from weir.training.ltr import TrainConfig
+    from weir.training.ltr.boosting import ndcg_at_10_per_query
+    from weir.training.ltr.risk import RISK_GRID, choose_risk, out_of_fold
+    from weir.training.ltr.rounds import rounds_by_cv
+    from weir.training.ltr.trainer import fit_on
+
+    sets = [_examples(3, 24), _examples(4, 9, prefix="small")]
+    keep = set(sets[0].qids)
+    config = TrainConfig(sets=[], out="", rounds=30, inner_folds=3, seed=5, rounds_rule="best", members=3)
+    fits: list = []
+    rounds, _, _ = rounds_by_cv(sets, keep, config, FEATURES, fits)
+    assert len(fits) == 3 * 3  # a booster per member and inner fold
+    oof = out_of_fold(sets, fits, 3, rounds)
+    for ex, scores in zip(sets, oof):
+        rows, _ = ex.rows(set(ex.qids))
+        assert not np.isnan(scores[:, rows]).any()  # every member scored every judged row, once
+    for m, booster, validated in fits:  # ... by the booster of the fold that held its query out
+        for j, held in validated:
+            rows, _ = sets[j].rows(held)
+            np.testing.assert_array_equal(oof[j][m, rows], booster.predict(sets[j].X[rows], num_iteration=rounds))
+    chosen, record = choose_risk(sets, [keep, set(sets[1].qids)], oof, None, 5.0)
+    by_hand = {}
+    for r in RISK_GRID:
+        values = []
+        for ex, scores in zip(sets, oof):
+            rows, groups = ex.rows(set(ex.qids))
+            s = scores[:, rows].mean(axis=0) - r * scores[:, rows].std(axis=0)
+            first = -np.concatenate([np.arange(n, dtype=float) for n in groups])
+            y = ex.y[rows]
+            values.append(urisk_of(ndcg_at_10_per_query(s, y, groups) - ndcg_at_10_per_query(first, y, groups)))
+        by_hand[r] = np.mean(values)
+    assert record["urisk"] == {str(r): round(v, 5) for r, v in by_hand.items()}
+    assert chosen == min(r for r, v in by_hand.items() if v == max(by_hand.values()))
+    _, info = fit_on(sets, keep, config, FEATURES)
+    assert info["risk"] == chosen and info["risk_choice"]["chosen"] == chosen
+    _, fixed = fit_on(sets, keep, TrainConfig(sets=[], out="", rounds=30, inner_folds=3, seed=5, rounds_rule="best",
+                                              members=3, risk=0.25), FEATURES)
+    assert fixed["risk"] == 0.25 and "risk_choice" not in fixed
+    with pytest.raises(Exception, match="several members"):
+        TrainConfig(sets=[], out="", risk=1.0)
+

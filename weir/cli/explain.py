@@ -13,7 +13,7 @@ from collections import defaultdict
 import numpy as np
 
 from weir.cli.options import add_pipeline_options, pipeline_options
-from weir.core.hits import BIAS_PART
+from weir.core.hits import FIXED_PARTS
 from weir.core.types import InputError
 
 
@@ -53,7 +53,7 @@ def _query(args, index, pipeline) -> int:
 
 def summary(run, top: int) -> list[dict]:
     """Over every query's hits in ``run``: per (stage, part), the mean contribution and mean magnitude, and the share
-    of the stage's hits whose largest part (the bias apart) it is."""
+    of the stage's hits whose largest part (bias and risk apart) it is."""
     sums: dict = defaultdict(lambda: [0.0, 0.0, 0, 0])  # sum, sum of magnitudes, hits, times the largest
     scored: dict = defaultdict(int)
     for qid in run:
@@ -65,7 +65,7 @@ def summary(run, top: int) -> list[dict]:
                 s[0] += value
                 s[1] += abs(value)
                 s[2] += 1
-                if stage not in seen and part != BIAS_PART:
+                if stage not in seen and part not in FIXED_PARTS:
                     s[3] += 1
                     seen.add(stage)
                     scored[stage] += 1

@@ -17,7 +17,7 @@ OPTION_KEYS = {"k1": "k1", "b": "b", "fusion": "fusion", "fusion_weights": "fusi
          "depth_per_stage": "depth_per_stage", "rrf_k": "rrf_k", "hybrid_stages": "hybrid_stages",
          "dense_model": "dense_model", "ef_search": "ef_search", "nprobe": "nprobe", "rerank_depth": "depth",
          "ltr_model": "ltr_model", "attention_model": "attention_model", "crossencoder_model": "crossencoder_model",
-         "device": "device", "batch_size": "batch_size"}
+         "ltr_risk": "ltr_risk", "device": "device", "batch_size": "batch_size"}
 
 
 def add_backend_option(p) -> None:
@@ -67,6 +67,10 @@ def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True, pipe
     g.add_argument("--ltr-model", default=None, help="ltr: LightGBM model directory (default: the shipped model of the "
                    "stages before it: models/ltr-cosine after a lexical first stage or --candidates over an index "
                    "with dense vectors, else models/ltr)")
+    g.add_argument("--ltr-risk", type=float, default=None, metavar="LAMBDA",
+                   help="ltr, with a model of several members: rank by their mean score minus LAMBDA times their "
+                   "spread (standard deviation), so that a candidate the trees lift only by luck moves less "
+                   "(default: the model's own, chosen on its training queries; 0: the mean)")
     g.add_argument("--attention-model", default=None, help="attention: trained model directory (default: "
                    "models/attention, else the one `weir train attention` wrote to $WEIR_MODELS)")
     g.add_argument("--crossencoder-model", default=None, help="crossencoder: trained model directory")

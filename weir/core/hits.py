@@ -29,6 +29,8 @@ from weir.core.strings import StringTable
 
 SCALE = 10 ** 6  # the TREC writer's six decimals
 BIAS_PART, OTHER_PARTS = "(bias)", "(other parts)"  # the reasons of a score that no single part names
+RISK_PART = "(risk)"  # a risk-aware score's penalty for its members' disagreement (weir.ranker.rerankers.ltr)
+FIXED_PARTS = (BIAS_PART, RISK_PART)  # parts a stage's reasons always show, after its largest ones
 
 
 class DocIds:
@@ -151,8 +153,9 @@ class Ranked:
 
     def top_reasons(self, top: int = 5) -> list[list[tuple[str, str, float]]]:
         """Each hit's reasons as ``(stage, part, contribution)``: per explaining stage (in their order), its ``top``
-        parts largest in magnitude (a bias apart), then the bias, then the rest summed as ``(other parts)``, so that
-        a stage's reasons add up to its score of the hit. No reasons where none were kept."""
+        parts largest in magnitude (the :data:`FIXED_PARTS` apart), then its bias and risk penalty where it has them,
+        then the rest summed as ``(other parts)``, so that a stage's reasons add up to its score of the hit. No
+        reasons where none were kept."""
         if not self.reasons:
             return [[] for _ in range(len(self.docs))]
         by_stage: dict[str, list[tuple[str, np.ndarray]]] = {}
@@ -161,15 +164,15 @@ class Ranked:
             by_stage.setdefault(stage, []).append((part, values))
         out: list[list[tuple[str, str, float]]] = [[] for _ in range(len(self.docs))]
         for stage, parts in by_stage.items():
-            bias = [(n, v) for n, v in parts if n == BIAS_PART]
-            named = [(n, v) for n, v in parts if n != BIAS_PART]
+            fixed = [(n, v) for n, v in parts if n in FIXED_PARTS]
+            named = [(n, v) for n, v in parts if n not in FIXED_PARTS]
             matrix = np.stack([v for _, v in named], axis=1)
             for i, row in enumerate(matrix):
                 if np.isnan(row).all():
                     continue  # this stage did not score the hit
                 order = np.argsort(-np.abs(row), kind="stable")
                 out[i] += [(stage, named[j][0], float(row[j])) for j in order[:top]]
-                out[i] += [(stage, BIAS_PART, float(v[i])) for _, v in bias]
+                out[i] += [(stage, n, float(v[i])) for n, v in fixed]
                 if len(order) > top:
                     out[i].append((stage, OTHER_PARTS, float(row[order[top:]].sum())))
         return out

@@ -11,6 +11,7 @@ reranker rescores); a key ``STAGE.FIELD`` sets one stage's field only (``attenti
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +76,31 @@ class RerankerOptions:
 
 
 @dataclass(frozen=True)
+class LTROptions(RerankerOptions):
+    # the weight of a several-member model's spread subtracted from its mean score; None: the model's own, chosen on
+    # its training queries (weir.ranker.rerankers.ltr); 0: the members' mean
+    risk: float | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.risk is not None:
+            check_risk(self.risk)
+
+
+def check_risk(risk, what: str = "ltr_risk") -> float:
+    """``risk`` (the weight of an LTR model's members' spread) as a float at least 0 and finite, or an
+    :class:`InputError` saying what is wrong."""
+    try:
+        value = float(risk)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be a number (got {risk!r})") from None
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"{what} must be finite and at least 0 (got {risk!r}): the weight of the LTR members' "
+                         f"spread subtracted from their mean score")
+    return value
+
+
+@dataclass(frozen=True)
 class PipelineOptions:
     """One options object per stage kind (the registry hands each stage factory its own)."""
 
@@ -84,7 +110,7 @@ class PipelineOptions:
     deepct: DeepCTOptions = field(default_factory=DeepCTOptions)
     deepimpact: ImpactOptions = field(default_factory=ImpactOptions)
     deepimpact_bm25: FusionOptions = field(default_factory=FusionOptions)
-    ltr: RerankerOptions = field(default_factory=RerankerOptions)
+    ltr: LTROptions = field(default_factory=LTROptions)
     attention: RerankerOptions = field(default_factory=RerankerOptions)
     crossencoder: RerankerOptions = field(default_factory=RerankerOptions)
 
@@ -129,6 +155,7 @@ FLAT_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     "depth": tuple((r, "depth") for r in RERANKERS),
     "batch_size": tuple((r, "batch_size") for r in ("attention", "crossencoder")),
     **{f"{r}_model": ((r, "model"),) for r in RERANKERS},
+    "ltr_risk": (("ltr", "risk"),),
 }
 
 

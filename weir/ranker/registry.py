@@ -23,6 +23,7 @@ from weir.ranker.options import (
     DenseOptions,
     FusionOptions,
     ImpactOptions,
+    LTROptions,
     PipelineOptions,
     RerankerOptions,
 )
@@ -121,11 +122,11 @@ def ltr_model_for(index: Index, after: Sequence[str]) -> str:
     return "ltr"
 
 
-def _ltr(index: Index, o: RerankerOptions, after: Sequence[str]) -> Reranker:
+def _ltr(index: Index, o: LTROptions, after: Sequence[str]) -> Reranker:
     from weir.ranker.rerankers.ltr import LTRReranker
 
     return LTRReranker(index, o.model or shipped_model(ltr_model_for(index, after)), depth=o.depth, device=o.device,
-                       backend=o.backend)
+                       backend=o.backend, risk=o.risk)
 
 
 def _attention(index: Index, o: RerankerOptions, _: BuildStage) -> Reranker:

@@ -188,13 +188,15 @@ class CandidateRun(Retriever):
 
 
 def apply_scores(queries: Sequence[Query], run: Run, depth: int, scores: Mapping[str, Sequence[float]],
-                 name: str, reasons: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> Run:
+                 name: str, reasons: Mapping[str, Mapping[str, np.ndarray]] | None = None, *,
+                 also: Mapping[str, Mapping[str, Sequence[float]]] | None = None) -> Run:
     """A new run: each query's top ``depth`` hits rescored with ``scores[qid]`` (one per hit, in run order) and
     sorted (ties by docid), recorded in ``stage_scores[name]``; the hits below ``depth`` follow in their old order with
     scores below the lowest new one. Queries of ``run`` that are not in ``queries`` are passed on unchanged. Done on
     the queries' arrays (:meth:`weir.core.hits.Run.ranking`): no ``Hit`` is made. ``reasons[qid]``: the parts of the
     new scores (``{part: values}``, one value per rescored hit), kept as the reasons ``name:part`` beside the earlier
-    stages' (NaN for the hits below ``depth``)."""
+    stages' (NaN for the hits below ``depth``). ``also[column][qid]``: more stage scores of the same hits (e.g. a
+    several-member model's spread), kept beside ``name``'s."""
     out = Run(timings=run.timings)
     for qid in run:
         hits = run.ranking(qid)
@@ -209,7 +211,8 @@ def apply_scores(queries: Sequence[Query], run: Run, depth: int, scores: Mapping
         order = np.lexsort((hits.ids.rank[hits.docs[:head]], -new))
         floor = new[order[-1]]
         rest = (floor - 1.0) - np.arange(len(hits) - head)
-        stages = _reordered(hits.stages, {name: new}, order, head, len(hits))
+        stages = _reordered(hits.stages, {name: new, **{c: np.asarray(v[qid], dtype=np.float64)
+                                                        for c, v in (also or {}).items()}}, order, head, len(hits))
         parts = (reasons or {}).get(qid)
         explained = None if hits.reasons is None and parts is None else _reordered(
             hits.reasons or {}, {f"{name}:{p}": v for p, v in (parts or {}).items()}, order, head, len(hits))

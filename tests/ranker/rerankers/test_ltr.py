@@ -3,13 +3,14 @@ promise (never drop or invent a candidate; hits below depth follow in their old 
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
 from weir.ranker.rerankers.ltr_features import FEATURES, bm25_idf, min_span, pair_features
-from weir.core.types import Hit, Query, Run
+from weir.core.types import Hit, InputError, Query, Run
 
 
 def test_min_span():
@@ -186,3 +187,81 @@ def test_top_reasons_name_the_largest_parts_and_add_up():
     assert sum(v for s, _, v in first if s == "ltr") == pytest.approx(sum(range(-4, 4)) + 0.5)
     assert [(s, p) for s, p, _ in second] == [("hybrid", "bm25"), ("hybrid", "dense")]  # not scored by ltr: none
     assert hits.take(slice(1)).top_reasons(top=3)[0] == first
+
+
+def _members(n: int, seed: int = 5):
+    """``n`` boosters of one tiny lambdarank problem that differ only in their seed (rows and features sampled)."""
+    import lightgbm as lgb
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(60, len(FEATURES))).astype(np.float32)
+    y = (X[:, 0] + X[:, 3] > 0.3).astype(int)
+    return [lgb.train({"objective": "lambdarank", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5, "seed": s,
+                       "bagging_fraction": 0.7, "bagging_freq": 1, "feature_fraction": 0.7},
+                      lgb.Dataset(X, y, group=[20, 20, 20]), num_boost_round=8) for s in range(n)], X
+
+
+def test_risk_aware_scores_are_the_mean_minus_risk_times_the_spread(tmp_path):
+    """A model of several members scores mean - risk * spread (the members' standard deviation), its own risk by
+    default and another when asked; the risk survives save and load; 0 is the plain mean."""
+    from weir.ranker.rerankers.ltr import LTRModel
+
+    boosters, X = _members(3)
+    each = np.stack([b.predict(X) for b in boosters])
+    qids = ["a"] * 20 + ["b"] * 20 + ["c"] * 20
+    model = LTRModel(boosters, FEATURES, {"kind": "ltr"}, init_from="bm25", risk=0.75)
+    model.save(tmp_path / "m")
+    loaded = LTRModel.load(tmp_path / "m")
+    assert loaded.risk == 0.75 and json.loads((tmp_path / "m" / "features.json").read_text())["risk"] == 0.75
+    base = loaded.predict(X, qids, risk=0.0) - each.mean(axis=0)  # the boosted-from feature's part
+    scores, spread = loaded.scored(X, qids)
+    assert spread.min() >= 0 and spread.max() > 0.01  # the members do disagree
+    np.testing.assert_allclose(spread, each.std(axis=0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(scores, each.mean(axis=0) - 0.75 * each.std(axis=0) + base, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(loaded.predict(X, qids, risk=2.0), each.mean(axis=0) - 2 * spread + base, atol=1e-12)
+    one = LTRModel(boosters[:1], FEATURES, {"kind": "ltr"})
+    np.testing.assert_array_equal(one.scored(X)[1], np.zeros(len(X)))  # one member: no spread
+
+
+@pytest.mark.parametrize("meta, message", [({"members": 1, "risk": 0.5}, "several members"),
+                                           ({"members": 2, "risk": -1}, "at least 0"),
+                                           ({"members": 2, "risk": "high"}, "must be a number")])
+def test_a_model_of_a_bad_risk_is_refused(tmp_path, meta, message):
+    from weir.ranker.rerankers.ltr import LTRModel
+
+    boosters, _ = _members(2)
+    LTRModel(boosters, FEATURES, {"kind": "ltr"}).save(tmp_path / "m")
+    features = json.loads((tmp_path / "m" / "features.json").read_text())
+    (tmp_path / "m" / "features.json").write_text(json.dumps({**features, **meta}))
+    if meta["members"] == 1:
+        (tmp_path / "m" / "model.1.txt").unlink()
+    with pytest.raises(InputError, match=message):
+        LTRModel.load(tmp_path / "m")
+
+
+def test_the_reranker_keeps_the_spread_and_explains_the_risk(tiny_index, tmp_path):
+    """Served, a risk-aware model's hits carry stage_scores ltr_spread; their order is mean - risk * spread;
+    explained, the reasons (contributions, bias and the risk's penalty) add up to each explained score; ltr_risk
+    overrides the model's risk, and a risk over a one-member model is refused."""
+    from weir.ranker.rerankers.ltr import LTRModel, LTRReranker
+
+    boosters, _ = _members(4, seed=9)
+    LTRModel(boosters, FEATURES, {"kind": "ltr"}, risk=1.5).save(tmp_path / "m")
+    run = Run({"q": [Hit("d2", 3.0, 1), Hit("d3", 2.0, 2), Hit("d1", 1.0, 3)]})
+    queries = [Query("q", "apple banana")]
+    reranker = LTRReranker(tiny_index, tmp_path / "m", depth=3)
+    hits = reranker.rerank(queries, run, 3, explain=3).ranking("q")
+    spread, score = hits.stages["ltr_spread"], hits.stages["ltr"]
+    X, _ = reranker.extractor.extract(queries, run, 3)
+    each = np.stack([b.predict(X[:, reranker.cols]) for b in boosters])
+    order = [["d2", "d3", "d1"].index(d) for d in hits.doc_ids()]
+    np.testing.assert_allclose(spread, each.std(axis=0)[order], atol=1e-12)
+    np.testing.assert_allclose(score, (each.mean(axis=0) - 1.5 * each.std(axis=0))[order], atol=1e-12)
+    for reasons, s, sp in zip(hits.top_reasons(top=3), score, spread):
+        assert ("ltr", "(risk)", pytest.approx(-1.5 * sp)) in reasons
+        assert sum(v for _, _, v in reasons) == pytest.approx(s, abs=1e-9)
+    mean = LTRReranker(tiny_index, tmp_path / "m", depth=3, risk=0).rerank(queries, run, 3).ranking("q")
+    np.testing.assert_allclose(np.sort(mean.stages["ltr"]), np.sort(each.mean(axis=0)), atol=1e-12)
+    LTRModel(boosters[:1], FEATURES, {"kind": "ltr"}).save(tmp_path / "one")
+    with pytest.raises(InputError, match="one member"):
+        LTRReranker(tiny_index, tmp_path / "one", risk=0.5)

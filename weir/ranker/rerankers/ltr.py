@@ -6,6 +6,12 @@ column order) and ``card.json`` (the model card: training data, command, paramet
 several members (`weir train ltr --members N`: boosters that differ only in their random seed, whose scores are
 averaged) keeps its further members in ``model.1.txt``, ``model.2.txt``, ...: LightGBM has no format for an average
 of boosters, and the average is what takes the seed's luck out of row and feature sampling.
+
+**Risk-aware scores.** The members of such a model agree where the training data pinned a candidate's score down
+and disagree where it did not. A model of several members keeps that spread (the standard deviation of the members'
+scores, ``stage_scores["ltr_spread"]``) and ranks by the mean minus ``risk`` times the spread: a candidate the trees
+would lift only by luck moves less. ``risk`` is chosen on the training queries (`weir train ltr --members N`,
+:mod:`weir.training.ltr.risk`) and recorded in ``features.json``; the ``ltr_risk`` option sets another (0: the mean).
 """
 
 from __future__ import annotations
@@ -17,14 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
-from weir.core.hits import BIAS_PART
+from weir.core.hits import BIAS_PART, RISK_PART
 from weir.indexer.index_dir import Index
+from weir.ranker.options import check_risk
 from weir.ranker.stage import Reranker, apply_scores
 from weir.core.provenance import write_card
 from weir.core.runtime import shipped_model
 from weir.core.types import InputError, Query, Run
 
 MODEL_FILE, FEATURES_FILE, CARD_FILE = "model.txt", "features.json", "card.json"
+SPREAD_STAGE = "ltr_spread"  # the stage score that holds a several-member model's spread
 
 
 def member_file(m: int) -> str:
@@ -60,14 +68,30 @@ def query_groups(qids: Sequence[str]) -> list[int]:
     return sizes
 
 
+def member_predictions(boosters: Sequence, X: np.ndarray) -> np.ndarray:
+    """Each booster's score (up to its best iteration) of rows ``X``: an array of (members, rows)."""
+    threads = 1 if len(X) < 2000 else 0
+    return np.stack([b.predict(X, num_iteration=b.best_iteration or None, num_threads=threads) for b in boosters])
+
+
 def predict_members(boosters: Sequence, X: np.ndarray, contributions: bool = False) -> np.ndarray:
     """The mean score of the boosters (each up to its best iteration) of rows ``X``; with ``contributions``, the
     mean of their TreeSHAP feature contributions and bias instead (LightGBM's ``pred_contrib``: a column per
     feature, then the expected value; a mean of scores is the mean of their contributions)."""
+    if not contributions:
+        return member_predictions(boosters, X).mean(axis=0)
     threads = 1 if len(X) < 2000 else 0
-    scores = [b.predict(X, num_iteration=b.best_iteration or None, num_threads=threads, pred_contrib=contributions)
-              for b in boosters]
-    return scores[0] if len(scores) == 1 else np.mean(scores, axis=0)
+    parts = [b.predict(X, num_iteration=b.best_iteration or None, num_threads=threads, pred_contrib=True)
+             for b in boosters]
+    return parts[0] if len(parts) == 1 else np.mean(parts, axis=0)
+
+
+def risk_adjusted(members: np.ndarray, risk: float) -> tuple[np.ndarray, np.ndarray]:
+    """From the members' scores (members, rows): the risk-aware score, mean minus ``risk`` times the spread (the
+    members' standard deviation, 0 for one member), and the spread."""
+    mean = members.mean(axis=0)
+    spread = members.std(axis=0) if len(members) > 1 else np.zeros(members.shape[1])
+    return (mean - risk * spread if risk else mean), spread
 
 
 class LTRModel:
@@ -75,7 +99,7 @@ class LTRModel:
     reads, in column order."""
 
     def __init__(self, booster, features: Sequence[str], card: dict | None = None, *, init_from: str | None = None,
-                 rounds: int | None = None):
+                 rounds: int | None = None, risk: float = 0.0):
         self.boosters = list(booster) if isinstance(booster, (list, tuple)) else [booster]
         if not self.boosters:
             raise ValueError("an LTR model needs at least one booster")
@@ -83,6 +107,7 @@ class LTRModel:
         self.init_from = init_from  # boosting started from this feature, standardized per query
         # 0: cross-validation found no trees better than the init feature alone, which is then the model
         self.rounds = rounds
+        self.risk = check_risk(risk, "the model's risk")  # the spread's weight it ranks by (chosen in training)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LTRModel:
@@ -108,7 +133,13 @@ class LTRModel:
             raise InputError(f"{path}: init_from {meta['init_from']!r} is not one of its features")
         if meta.get("rounds") == 0 and not meta.get("init_from"):
             raise InputError(f"{path}: a model of 0 rounds needs the init_from feature it stands for")
-        return cls(boosters, features, card, init_from=meta.get("init_from"), rounds=meta.get("rounds"))
+        if meta.get("risk") and members == 1:
+            raise InputError(f"{path}: a risk of {meta['risk']} needs several members to have a spread")
+        try:
+            risk = check_risk(meta.get("risk", 0.0), "its risk")
+        except InputError as e:
+            raise InputError(f"{path}: features.json: {e}") from None
+        return cls(boosters, features, card, init_from=meta.get("init_from"), rounds=meta.get("rounds"), risk=risk)
 
     def save(self, path: str | os.PathLike) -> None:
         path = Path(path)
@@ -121,7 +152,8 @@ class LTRModel:
                 stale.unlink()
         meta = {"features": self.features, **({"init_from": self.init_from} if self.init_from else {}),
                 **({"rounds": self.rounds} if self.rounds is not None else {}),
-                **({"members": len(self.boosters)} if len(self.boosters) > 1 else {})}
+                **({"members": len(self.boosters)} if len(self.boosters) > 1 else {}),
+                **({"risk": self.risk} if self.risk else {})}
         (path / FEATURES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
         write_card(path, self.card, CARD_FILE)
 
@@ -153,22 +185,36 @@ class LTRModel:
             out[:, col] += base_scores(X, query_groups(list(qids)), col)[rows]
         return out
 
-    def predict(self, X: np.ndarray, qids: Sequence[str] | None = None) -> np.ndarray:
-        """Scores of rows ``X`` (this model's columns); ``qids`` (rows grouped by query) is needed when boosting
-        started from a feature (``init_from``): that feature, standardized per query, is added."""
+    def predict(self, X: np.ndarray, qids: Sequence[str] | None = None, risk: float | None = None) -> np.ndarray:
+        """Scores of rows ``X`` (this model's columns): :meth:`scored`'s, without the spread."""
+        return self.scored(X, qids, risk)[0]
+
+    def scored(self, X: np.ndarray, qids: Sequence[str] | None = None,
+               risk: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Scores of rows ``X`` (this model's columns) and the members' spread of each (0 for one member): the
+        members' mean minus ``risk`` (default: the model's own) times the spread. ``qids`` (rows grouped by query) is
+        needed when boosting started from a feature (``init_from``): that feature, standardized per query, is
+        added."""
         if not len(X):
-            return np.zeros(0)
+            return np.zeros(0), np.zeros(0)
         if self.rounds == 0:  # the init feature alone
-            scores = np.zeros(len(X))
+            scores, spread = np.zeros(len(X)), np.zeros(len(X))
         else:
-            scores = predict_members(self.boosters, X)
+            scores, spread = risk_adjusted(member_predictions(self.boosters, X),
+                                           self.risk if risk is None else risk)
         if self.init_from:
             if qids is None:
                 raise ValueError("this model boosts from a feature: predict needs the rows' query ids")
             scores = scores + base_scores(X, query_groups(list(qids)), self.features.index(self.init_from))
-        return scores
+        return scores, spread
 
 
+def per_query(qids: Sequence[str], values: np.ndarray) -> dict[str, list[float]]:
+    """Values of rows grouped by query, as lists per query id."""
+    out: dict[str, list[float]] = {}
+    for qid, v in zip(qids, values):
+        out.setdefault(qid, []).append(float(v))
+    return out
 
 
 class LTRReranker(Reranker):
@@ -178,11 +224,15 @@ class LTRReranker(Reranker):
     name = "ltr"
 
     def __init__(self, index: Index, model: str | os.PathLike | None = None, *, depth: int = 100,
-                 device: str | None = None, backend: str | None = None):
+                 device: str | None = None, backend: str | None = None, risk: float | None = None):
         from weir.ranker.rerankers.ltr_features import FeatureExtractor
 
         self.model_path = Path(model) if model else shipped_model("ltr")
         self.model = LTRModel.load(self.model_path)
+        self.risk = self.model.risk if risk is None else check_risk(risk)
+        if self.risk and len(self.model.boosters) == 1:
+            raise InputError(f"ltr_risk {self.risk}: the LTR model {self.model_path} has one member, no spread to "
+                             f"weigh; train one of several (`weir train ltr --members N`)")
         self.extractor = FeatureExtractor(index, device=device, backend=backend)
         self.cols = self.model.columns(self.extractor.names)
         self.depth = depth
@@ -190,31 +240,35 @@ class LTRReranker(Reranker):
         self.last_timings: dict[str, float] = {}
 
     def describe(self) -> dict:
-        return {**super().describe(), "model_path": str(self.model_path), "features": self.model.features}
+        return {**super().describe(), "model_path": str(self.model_path), "features": self.model.features,
+                "members": len(self.model.boosters), "risk": self.risk}
 
     explains = True
 
     def rerank(self, queries: Sequence[Query], run: Run, depth: int, explain: int = 0) -> Run:
-        """Rescore the top ``depth``; with ``explain``, the score of each query's best ``explain`` hits (ties at the
-        last included) in its features' contributions and the bias (reasons ``ltr:FEATURE``, ``ltr:(bias)``; NaN
-        for the other hits: TreeSHAP costs some 60 microseconds a hit, the features' own extraction much more)."""
+        """Rescore the top ``depth`` (a model of several members: its spread kept as ``stage_scores["ltr_spread"]``);
+        with ``explain``, the score of each query's best ``explain`` hits (ties at the last included) in its features'
+        contributions, the bias and the risk penalty (reasons ``ltr:FEATURE``, ``ltr:(bias)``, ``ltr:(risk)``; NaN
+        for the other hits: TreeSHAP costs some 60 microseconds a hit and member, the features' own extraction much
+        more)."""
         import time
 
         start = time.perf_counter()
         X, rows = self.extractor.extract(queries, run, depth)
         mid = time.perf_counter()
         qids = [qid for qid, _ in rows]
-        scores = self.model.predict(X[:, self.cols], qids)
+        scores, spread = self.model.scored(X[:, self.cols], qids, self.risk)
         self.last_timings = {"features": mid - start, "predict": time.perf_counter() - mid}
-        by_query: dict[str, list[float]] = {}
-        for qid, s in zip(qids, scores):
-            by_query.setdefault(qid, []).append(float(s))
-        reasons = self._reasons(X, qids, scores, explain) if explain else None
-        return apply_scores(queries, run, depth, by_query, self.name, reasons)
+        by_query, spreads = per_query(qids, scores), per_query(qids, spread)
+        reasons = self._reasons(X, qids, scores, spread, explain) if explain else None
+        also = {SPREAD_STAGE: spreads} if len(self.model.boosters) > 1 else None
+        return apply_scores(queries, run, depth, by_query, self.name, reasons, also=also)
 
-    def _reasons(self, X: np.ndarray, qids: list[str], scores: np.ndarray, top: int) -> dict[str, dict]:
+    def _reasons(self, X: np.ndarray, qids: list[str], scores: np.ndarray, spread: np.ndarray,
+                 top: int) -> dict[str, dict]:
         """Per query, ``{part: values}`` over its rescored hits (in run order): the contributions of its ``top``
-        best (by score, every hit tied with the last of them included), NaN elsewhere."""
+        best (by score, every hit tied with the last of them included), and with a risk, its penalty; NaN
+        elsewhere."""
         import time
 
         start = time.perf_counter()
@@ -227,8 +281,10 @@ class LTRReranker(Reranker):
             kth = np.sort(block)[::-1][min(top, len(block)) - 1]
             chosen.append(np.flatnonzero(block >= kth) + a)
         rows = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
-        parts = np.full((len(qids), len(self.model.features) + 1), np.nan)
-        parts[rows] = self.model.contributions(X[:, self.cols], qids, rows)
-        names = [*self.model.features, BIAS_PART]
+        names = [*self.model.features, BIAS_PART, *([RISK_PART] if self.risk else [])]
+        parts = np.full((len(qids), len(names)), np.nan)
+        parts[rows, :len(self.model.features) + 1] = self.model.contributions(X[:, self.cols], qids, rows)
+        if self.risk:
+            parts[rows, -1] = -self.risk * spread[rows]
         self.last_timings["explain"] = time.perf_counter() - start
         return {qid: {n: parts[a:b, j] for j, n in enumerate(names)} for qid, (a, b) in spans.items()}

@@ -22,6 +22,12 @@ DEFAULT_PARAMS = {
 def ndcg_at_10(scores: np.ndarray, labels: np.ndarray, groups: Sequence[int]) -> float:
     """LightGBM's ``ndcg@10`` (gains 2^label - 1, a query without a relevant row counting 1), averaged over the
     queries: what its validation curve reports, for rows scored otherwise (an init feature alone)."""
+    values = ndcg_at_10_per_query(scores, labels, groups)
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
+def ndcg_at_10_per_query(scores: np.ndarray, labels: np.ndarray, groups: Sequence[int]) -> np.ndarray:
+    """:func:`ndcg_at_10` of each query (rows grouped by ``groups``, in order); ties keep the rows' order."""
     values, start = [], 0
     for n in groups:
         s, y = scores[start:start + n], labels[start:start + n]
@@ -30,7 +36,7 @@ def ndcg_at_10(scores: np.ndarray, labels: np.ndarray, groups: Sequence[int]) ->
         ideal = ((2 ** np.sort(y)[::-1][:10] - 1) * discount).sum()
         got = ((2 ** y[np.argsort(-s, kind="stable")][:10] - 1) * discount).sum()
         values.append(got / ideal if ideal > 0 else 1.0)
-    return float(np.mean(values)) if values else float("nan")
+    return np.asarray(values, dtype=np.float64)
 
 
 def monotone_constraints(features: Sequence[str]) -> list[int]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from weir.ranker.options import PipelineOptions
+from weir.evaluation.risk import RISK_ALPHA
+from weir.ranker.options import PipelineOptions, check_risk
 from weir.training.common import TrainingSet, seeds_of_members
 from weir.training.ltr.boosting import monotone_constraints
 from weir.core.types import InputError
@@ -38,11 +39,21 @@ class TrainConfig:
     inner_by: str = "queries"  # cv: inner folds of every set's queries, or one whole training set held out at a time
     min_rel: int = 1  # the lowest grade counted relevant (2 for TREC DL)
     members: int = 1  # boosters that differ only in their seed (member_seeds), their scores averaged
+    # the weight of the members' spread the model ranks by (mean - risk * spread); None: chosen on the training
+    # queries out of fold (weir.training.ltr.risk; rounds_by cv and several members, else 0)
+    risk: float | None = None
+    risk_alpha: float = RISK_ALPHA  # the URisk alpha the risk is chosen by
     command: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         if self.rounds is None:
             self.rounds = 300 if self.rounds_by == "cv" else 1000
+        if self.risk is not None:
+            self.risk = check_risk(self.risk, "risk")
+            if self.risk and self.members < 2:
+                raise InputError(f"risk={self.risk} weighs the spread of several members: set members=N (N >= 2)")
+        if not self.risk_alpha >= 0:
+            raise InputError(f"risk_alpha must be at least 0 (got {self.risk_alpha})")
 
 
 def member_seeds(config: TrainConfig) -> list[int]:

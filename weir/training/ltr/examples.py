@@ -30,6 +30,11 @@ class Examples:
 
     def select(self, keep: set[str], *, positive_only: bool = True) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """Rows and group sizes of the queries in ``keep`` (with ``positive_only``, those with a relevant row)."""
+        idx, groups = self.rows(keep, positive_only=positive_only)
+        return self.X[idx], self.y[idx], groups
+
+    def rows(self, keep: set[str], *, positive_only: bool = True) -> tuple[np.ndarray, list[int]]:
+        """The positions and group sizes of the rows of :meth:`select`."""
         qids = np.asarray(self.qids)
         chosen, groups = [], []
         start = 0
@@ -41,8 +46,7 @@ class Examples:
                 chosen.append(np.arange(start, end))
                 groups.append(end - start)
             start = end
-        idx = np.concatenate(chosen) if chosen else np.zeros(0, dtype=int)
-        return self.X[idx], self.y[idx], groups
+        return (np.concatenate(chosen) if chosen else np.zeros(0, dtype=int)), groups
 
 
 def load_examples(ds: TrainingSet, options: PipelineOptions | None = None,

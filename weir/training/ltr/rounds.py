@@ -1,5 +1,5 @@
 """The number of boosting rounds by inner cross-validation (:func:`rounds_by_cv`): inner folds of every set's queries,
-or one whole set held out at a time (:func:`inner_splits`), the members' curves averaged, the best rounds or the
+or one whole set held out at a time (:func:`inner_keeps`), the members' curves averaged, the best rounds or the
 fewest within one (paired) standard error."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from weir.training.ltr.examples import Examples
 from weir.core.types import InputError
 
 
-def inner_splits(data: list[Examples], main_keep: set[str], config: TrainConfig, seed: int | None = None):
-    """The inner folds of :func:`rounds_by_cv`, as (training parts, validation parts) pairs.
+def inner_keeps(data: list[Examples], main_keep: set[str], config: TrainConfig, seed: int | None = None):
+    """The queries of each inner fold of :func:`rounds_by_cv`, as (training, validation) pairs of (set, query ids)
+    lists.
 
     ``config.inner_by`` ``"queries"``: ``config.inner_folds`` folds of every set's queries (the first set's:
     ``main_keep``), drawn with ``seed`` (default ``config.seed``); fold k trains on the other folds of every set and
@@ -27,18 +28,18 @@ def inner_splits(data: list[Examples], main_keep: set[str], config: TrainConfig,
         if len(data) < 3:
             raise InputError(f"--inner-by sets holds out one training set at a time and needs at least 3 sets "
                              f"(--also), got {len(data)}")
-        return [([ex.select(pools[j]) for j, ex in enumerate(data) if j != k], [data[k].select(pools[k])])
-                for k in range(len(data))]
+        return [([(j, pools[j]) for j in range(len(data)) if j != k], [(k, pools[k])]) for k in range(len(data))]
     if config.inner_by != "queries":
         raise InputError(f"unknown --inner-by {config.inner_by!r}; known: {', '.join(INNER_BY)}")
     seed = config.seed if seed is None else seed
     folds = [folds_of(sorted(pool), config.inner_folds, seed + 1 + j) for j, pool in enumerate(pools)]
-    return [([ex.select(pools[j] - folds[j][k]) for j, ex in enumerate(data)],
-             [ex.select(folds[j][k]) for j, ex in enumerate(data)]) for k in range(config.inner_folds)]
+    return [([(j, pools[j] - folds[j][k]) for j in range(len(data))], [(j, folds[j][k]) for j in range(len(data))])
+            for k in range(config.inner_folds)]
 
 
-def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig, features) -> tuple[int, float, dict]:
-    """The number of boosting rounds, by inner cross-validation (:func:`inner_splits`): with ``inner_by="queries"``
+def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig, features,
+                 fits: list | None = None) -> tuple[int, float, dict]:
+    """The number of boosting rounds, by inner cross-validation (:func:`inner_keeps`): with ``inner_by="queries"``
     every set's training queries (the first set's: ``main_keep``) are split into ``config.inner_folds`` folds, the
     model of inner fold k trains on the other folds of every set and is scored on fold k of each set, the sets
     counting equally (a collection of 35 queries weighs as much as one of 1,000: the model is meant to carry over to
@@ -51,17 +52,23 @@ def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig,
     Elements of Statistical Learning*, 7.10), so trees must beat the feature alone by more than the folds disagree;
     ``"1se-paired"``: the fewest rounds whose shortfall from the best, fold by fold, is within one standard error of
     that paired difference (the folds' common level of difficulty cancels, so a gain the folds agree on counts even
-    where it is smaller than their spread). Returns (rounds, their mean, the details)."""
+    where it is smaller than their spread). Returns (rounds, their mean, the details); ``fits``, a list, receives
+    each inner fold's (member, booster, the (set, query ids) it validated), for
+    :func:`~weir.training.ltr.risk.out_of_fold`."""
     init_col = init_column(config, features)
     by_fold: list[list[np.ndarray]] = []  # per inner fold k, per member: [round 0 (init feature), round 1, ...]
-    for seed in member_seeds(config):  # each member its own inner folds (repeated cross-validation)
-        for k, (train_parts, valid_parts) in enumerate(inner_splits(data, main_keep, config, seed)):
+    for m, seed in enumerate(member_seeds(config)):  # each member its own inner folds (repeated cross-validation)
+        for k, (train, valid) in enumerate(inner_keeps(data, main_keep, config, seed)):
             if len(by_fold) <= k:
                 by_fold.append([])
+            train_parts, valid_parts = [data[j].select(q) for j, q in train], [data[j].select(q) for j, q in valid]
             if not any(p[2] for p in valid_parts) or not any(p[2] for p in train_parts):
                 continue
-            _, info = fit(train_parts, valid_parts, features, params=booster_params(config, features),
-                          rounds=config.rounds, early_stopping=None, seed=seed, init_col=init_col, separate_valid=True)
+            booster, info = fit(train_parts, valid_parts, features, params=booster_params(config, features),
+                                rounds=config.rounds, early_stopping=None, seed=seed, init_col=init_col,
+                                separate_valid=True)
+            if fits is not None:
+                fits.append((m, booster, valid))
             curve = np.mean(info["valid_curves"], axis=0)  # the mean over the sets scored
             by_fold[k].append(np.concatenate([[np.mean(info["valid_inits"])], curve]) if init_col is not None
                               else curve)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from weir.ranker.rerankers.ltr import LTRModel, base_scores, predict_members, query_groups
+from weir.ranker.rerankers.ltr import LTRModel, base_scores, member_predictions, query_groups, risk_adjusted
 from weir.ranker.rerankers.ltr_features import FEATURES
 from weir.ranker.stage import apply_scores
 from weir.evaluation.folds import split
@@ -24,6 +24,7 @@ from weir.training.ltr.config import (
     member_seeds,
 )
 from weir.training.ltr.examples import Examples, load_examples
+from weir.training.ltr.risk import choose_risk, out_of_fold
 from weir.training.ltr.rounds import rounds_by_cv
 from weir.core.provenance import model_card, sha256_file
 from weir.core.trec import read_qrels
@@ -33,12 +34,15 @@ from weir.core.types import InputError, Run
 def fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, features) -> tuple[list, dict]:
     """Fit on ``main_keep`` queries of the first set plus all of the others: the boosters (one per member) and a
     record. The number of rounds comes from inner cross-validation (``rounds_by="cv"``), the same for every member,
-    or from early stopping on a held-out share of each set (``"holdout"``), each member its own."""
+    or from early stopping on a held-out share of each set (``"holdout"``), each member its own. Several members and
+    ``rounds_by="cv"``: the risk the model ranks by (``info["risk"]``), ``config.risk`` or chosen on the training
+    queries out of fold (:mod:`weir.training.ltr.risk`)."""
     seeds = member_seeds(config)
     if config.rounds_by == "cv":
         if config.rounds_rule not in ROUNDS_RULES:
             raise InputError(f"unknown rounds rule {config.rounds_rule!r}; known: {', '.join(ROUNDS_RULES)}")
-        rounds, inner, detail = rounds_by_cv(data, main_keep, config, features)
+        inner_fits: list = []
+        rounds, inner, detail = rounds_by_cv(data, main_keep, config, features, inner_fits)
         parts = [data[0].select(main_keep)] + [ex.select(set(ex.qids)) for ex in data[1:]]
         fits = [fit(parts, [], features, params=booster_params(config, features), rounds=max(rounds, 1), seed=seed,
                     init_col=init_column(config, features)) for seed in (seeds if rounds else seeds[:1])]
@@ -46,6 +50,9 @@ def fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, featu
         info.update({"best_iteration": rounds, "rounds": rounds, "inner_cv_ndcg@10": round(inner, 4),
                      "inner_folds": len(data) if config.inner_by == "sets" else config.inner_folds,
                      "inner_by": config.inner_by, "inner_cv": detail, "members": len(fits)})
+        info["risk"], choice = _risk(data, main_keep, config, features, inner_fits, rounds if len(fits) > 1 else 0)
+        if choice:
+            info["risk_choice"] = choice
         return [b for b, _ in fits], info
     train_parts, valid_parts = [], []
     for j, ex in enumerate(data):
@@ -59,19 +66,31 @@ def fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, featu
     info = fits[0][1]
     if len(fits) > 1:
         info.update({"members": len(fits), "member_best_iterations": [i["best_iteration"] for _, i in fits],
-                     "valid_ndcg@10": None})
+                     "valid_ndcg@10": None, "risk": config.risk or 0.0})
     return [b for b, _ in fits], info
 
 
+def _risk(data: list[Examples], main_keep: set[str], config: TrainConfig, features, inner_fits: list,
+          rounds: int) -> tuple[float, dict | None]:
+    """The risk of a model of several members fitted for ``rounds`` rounds (0: one member, or the init feature
+    alone: no spread, risk 0): ``config.risk`` when set, else chosen out of fold; and the choice's record."""
+    if not rounds or config.risk is not None:
+        return (config.risk or 0.0) if rounds else 0.0, None
+    pools = [set(main_keep)] + [set(ex.qids) for ex in data[1:]]
+    oof = out_of_fold(data, inner_fits, config.members, rounds)
+    return choose_risk(data, pools, oof, init_column(config, features), config.risk_alpha)
+
+
 def score_boosters(boosters, ex: Examples, keep: set[str], init_col: int | None = None, *,
-                   rounds: int | None = None) -> dict[str, list[float]]:
+                   rounds: int | None = None, risk: float = 0.0) -> dict[str, list[float]]:
     """The scores of the candidates of the queries in ``keep``, per query in candidate order: the members' mean
-    prediction plus the init feature standardized per query (``init_col``); ``rounds=0``: that feature alone."""
+    prediction (minus ``risk`` times their spread) plus the init feature standardized per query (``init_col``);
+    ``rounds=0``: that feature alone."""
     rows = [i for i, q in enumerate(ex.qids) if q in keep]
     if rounds == 0:  # the init feature alone
         preds = np.zeros(len(rows))
     else:
-        preds = predict_members(boosters, ex.X[rows]) if rows else []
+        preds = risk_adjusted(member_predictions(boosters, ex.X[rows]), risk)[0] if rows else []
     base = base_scores(ex.X[rows], query_groups([ex.qids[i] for i in rows]), init_col) if rows else None
     if base is not None:
         preds = preds + base
@@ -95,19 +114,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     feature_seconds = time.perf_counter() - started
     main, main_ds = data[0], config.sets[0]
     all_main = set(main.qids)
-    card = model_card(
-        "ltr", model="LightGBM lambdarank", features=list(FEATURES), dists=("lightgbm",), command=config.command,
-        training_data=[{**ds.record(SET_FIELDS), **({"first_stage": None} if ds.candidates else {}),
-                        "topics_sha256": sha256_file(ds.topics), "qrels_sha256": sha256_file(ds.qrels),
-                        **({"candidates_sha256": sha256_file(ds.candidates)} if ds.candidates else {}),
-                        "queries": len(ex.queries), "rows": len(ex.qids)}  # rows: the (query, candidate) pairs
-                       for ds, ex in zip(config.sets, data)],
-        parameters={**DEFAULT_PARAMS, **booster_params(config, FEATURES), "rounds": config.rounds,
-                    "rounds_by": config.rounds_by, "rounds_rule": config.rounds_rule,
-                    "inner_folds": config.inner_folds, "inner_by": config.inner_by, "init_from": config.init_from,
-                    "monotone": config.monotone,
-                    "early_stopping": config.early_stopping, "val_fraction": config.val_fraction,
-                    "seed": config.seed, "members": config.members, "member_seeds": member_seeds(config)})
+    card = _card(config, data)
     if config.folds:
         init_col = init_column(config, FEATURES)
 
@@ -116,7 +123,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
             log(f"  {info['train_queries']} training queries, {rounds_note(info)}")
             queries = [q for q in main.queries if q.id in test]
             candidates = Run({q.id: main.run.get(q.id, [])[:main_ds.depth] for q in queries})
-            scores = score_boosters(boosters, main, test, init_col, rounds=info.get("rounds"))
+            scores = score_boosters(boosters, main, test, init_col, rounds=info.get("rounds"),
+                                    risk=info.get("risk", 0.0))
             return apply_scores(queries, candidates, main_ds.depth, scores, "ltr"), info
 
         cv_start = time.perf_counter()
@@ -137,9 +145,28 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
                       "feature_ms_per_query": round(1000 * sum(ex.feature_seconds for ex in data)
                                                     / max(1, sum(len(ex.queries) for ex in data)), 2)}
     # keeps the trees up to the best iteration; 0 rounds: the init feature alone
-    LTRModel(boosters, FEATURES, card, init_from=config.init_from, rounds=info.get("rounds")).save(config.out)
+    LTRModel(boosters, FEATURES, card, init_from=config.init_from, rounds=info.get("rounds"),
+             risk=info.get("risk", 0.0)).save(config.out)
     log("feature importance (gain share): " + ", ".join(f"{n} {g:.3f}" for n, g in card["importance_gain"].items()))
     return card
+
+
+def _card(config: TrainConfig, data: list[Examples]) -> dict:
+    """The model card of a training, before its metrics: the sets trained on, the parameters."""
+    return model_card(
+        "ltr", model="LightGBM lambdarank", features=list(FEATURES), dists=("lightgbm",), command=config.command,
+        training_data=[{**ds.record(SET_FIELDS), **({"first_stage": None} if ds.candidates else {}),
+                        "topics_sha256": sha256_file(ds.topics), "qrels_sha256": sha256_file(ds.qrels),
+                        **({"candidates_sha256": sha256_file(ds.candidates)} if ds.candidates else {}),
+                        "queries": len(ex.queries), "rows": len(ex.qids)}  # rows: the (query, candidate) pairs
+                       for ds, ex in zip(config.sets, data)],
+        parameters={**DEFAULT_PARAMS, **booster_params(config, FEATURES), "rounds": config.rounds,
+                    "rounds_by": config.rounds_by, "rounds_rule": config.rounds_rule,
+                    "inner_folds": config.inner_folds, "inner_by": config.inner_by, "init_from": config.init_from,
+                    "monotone": config.monotone,
+                    "early_stopping": config.early_stopping, "val_fraction": config.val_fraction,
+                    "seed": config.seed, "members": config.members, "member_seeds": member_seeds(config),
+                    "risk": config.risk, "risk_alpha": config.risk_alpha})
 
 
 def rounds_note(info: dict) -> str:
@@ -152,8 +179,9 @@ def rounds_note(info: dict) -> str:
             why = (f"; best {d['best_rounds']} rounds {d['best_inner_ndcg@10']:.4f}, one standard error "
                    f"{d['standard_error']:.4f}")
         folds = "leave-one-set-out" if info.get("inner_by") == "sets" else f"{info['inner_folds']}-fold"
-        members = f" x {info['members']} members" if info.get("members", 1) > 1 else ""
+        members = f" x {info['members']} members, risk {info.get('risk', 0.0):g}" if info.get("members", 1) > 1 else ""
         return f"{what}{members} (inner {folds} CV nDCG@10 {info['inner_cv_ndcg@10']:.4f}{why})"
     if info.get("members", 1) > 1:
-        return f"{info['members']} members, best iterations {info['member_best_iterations']}"
+        return (f"{info['members']} members, best iterations {info['member_best_iterations']}, risk "
+                f"{info.get('risk', 0.0):g}")
     return f"best iteration {info['best_iteration']}, validation nDCG@10 {info['valid_ndcg@10'] or float('nan'):.4f}"
