@@ -193,3 +193,37 @@ def ltr_table(args) -> None:
             hybrid, ltr = (s["means"]["nDCG@10"] for s in record["systems"])
             t = next(iter(record["significance"]["results"]["nDCG@10"].values()))
             print(f"| {held.name} | {kind.name} | {hybrid:.4f} | {ltr:.4f} ({ltr - hybrid:+.4f}) | {t['p_holm']:.3f} |")
+
+
+def ltr_risk_table(args) -> None:
+    """Issue 53's risk-aware acceptance from --work/ltr-sweep.jsonl: per collection left out (split ``test``), each
+    variant's nDCG@10 (change against hybrid), its URisk (alpha 5) against hybrid, and its paired t-test p against
+    the first variant named (``--variant TAG``: the one-member reference); rows of a several-member variant also show
+    its members' plain mean (risk 0). The last row: the mean over the collections."""
+    import numpy as np
+
+    from weir.evaluation.significance import paired, paired_test
+
+    tags = [v.partition("=")[0] for v in args.variant]
+    rows = {}
+    for line in (args.work / "ltr-sweep.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["split"] == "test" and not r["in_training"] and r["variant"] in tags:
+            rows[(r["variant"], r["held_out"])] = r  # the latest row of a (variant, collection) wins
+    held = [c for c in args.collections if all((t, c) in rows for t in tags)]
+    print("\n| collection | hybrid | " + " | ".join(f"{t}: nDCG@10 | URisk5 | p vs {tags[0]}" for t in tags) + " |")
+    print("|---|---:|" + "---:|---:|---:|" * len(tags))
+    sums = {t: [] for t in tags}
+    for c in held:
+        ref = rows[(tags[0], c)]["per_query"]["ltr"]
+        cells = []
+        for t in tags:
+            r = rows[(t, c)]
+            p = paired_test(*paired(r["per_query"]["ltr"], ref)[1:])[1] if t != tags[0] else float("nan")
+            mean = (f" (mean {r['ltr_mean']:.4f}, {r['urisk5_ltr_mean']:+.4f})" if "ltr_mean" in r else "")
+            cells.append(f"{r['ltr']:.4f} ({r['ltr'] - r['first']:+.4f}){mean} | {r['urisk5']:+.4f} | "
+                         + ("" if t == tags[0] else f"{p:.3f}") + (f"; risk {r['risk']:g}" if r.get("risk") else ""))
+            sums[t].append((r["ltr"] - r["first"], r["urisk5"]))
+        print(f"| {c} | {rows[(tags[0], c)]['first']:.4f} | " + " | ".join(cells) + " |")
+    print("| mean | | " + " | ".join(f"({np.mean([d for d, _ in sums[t]]):+.4f}) | {np.mean([u for _, u in sums[t]]):+.4f}"
+                                     f" | " for t in tags) + " |")

@@ -276,3 +276,34 @@ def test_the_risk_is_chosen_out_of_fold_by_urisk():
     with pytest.raises(Exception, match="several members"):
         TrainConfig(sets=[], out="", risk=1.0)
 
+
+
+def test_members_may_each_train_on_a_share_of_the_queries(monkeypatch):
+    """member_queries below 1: each member fits a share of every set's training queries, drawn by its own seed (in
+    the inner folds and in the final fit), so the members differ in what they saw; 1 is every query."""
+    from weir.training.ltr import TrainConfig
+    from weir.training.ltr.config import member_sample, member_seeds
+    from weir.training.ltr import trainer
+
+    sets = [_examples(3, 24), _examples(4, 9, prefix="small")]
+    config = TrainConfig(sets=[], out="", rounds=10, inner_folds=3, seed=5, rounds_rule="best", members=3,
+                         member_queries=0.5)
+    pools = [set(ex.qids) for ex in sets]
+    samples = [[member_sample(config, s, j, pool) for j, pool in enumerate(pools)] for s in member_seeds(config)]
+    assert all(len(sample[0]) == 12 and sample[0] <= pools[0] for sample in samples)
+    assert samples[0][0] != samples[1][0] and samples[0] == [member_sample(config, 5, j, p) for j, p in enumerate(pools)]
+    assert member_sample(TrainConfig(sets=[], out=""), 5, 0, pools[0]) == pools[0]
+    fitted = {}  # the final fits: seed -> rows trained on
+
+    def fit(parts, *args, seed, **kwargs):
+        fitted[seed] = sum(len(p[0]) for p in parts)
+        return real(parts, *args, seed=seed, **kwargs)
+
+    real = trainer.fit
+    monkeypatch.setattr(trainer, "fit", fit)
+    trainer.fit_on(sets, pools[0], config, FEATURES)
+    judged = [sum(len(ex.rows(keep)[0]) for ex, keep in zip(sets, sample)) for sample in samples]
+    assert [fitted[s] for s in member_seeds(config)] == judged  # each member its own share's judged rows
+    for share in (0, 1.5):
+        with pytest.raises(Exception, match="member_queries"):
+            TrainConfig(sets=[], out="", member_queries=share)

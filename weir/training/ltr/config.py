@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from weir.evaluation.folds import split
 from weir.evaluation.risk import RISK_ALPHA
 from weir.ranker.options import PipelineOptions, check_risk
 from weir.training.common import TrainingSet, seeds_of_members
@@ -42,6 +43,9 @@ class TrainConfig:
     # the weight of the members' spread the model ranks by (mean - risk * spread); None: chosen on the training
     # queries out of fold (weir.training.ltr.risk; rounds_by cv and several members, else 0)
     risk: float | None = None
+    # the share of each set's training queries each member trains on, drawn by its seed (member_sample): below 1,
+    # the members differ in the queries they saw, and their spread measures what the training data leave open
+    member_queries: float = 1.0
     risk_alpha: float = RISK_ALPHA  # the URisk alpha the risk is chosen by
     command: list[str] = field(default_factory=list)
 
@@ -52,6 +56,9 @@ class TrainConfig:
             self.risk = check_risk(self.risk, "risk")
             if self.risk and self.members < 2:
                 raise InputError(f"risk={self.risk} weighs the spread of several members: set members=N (N >= 2)")
+        if not 0 < self.member_queries <= 1:
+            raise InputError(f"member_queries is a share of the training queries, in (0, 1] (got "
+                             f"{self.member_queries})")
         if not self.risk_alpha >= 0:
             raise InputError(f"risk_alpha must be at least 0 (got {self.risk_alpha})")
 
@@ -60,6 +67,14 @@ def member_seeds(config: TrainConfig) -> list[int]:
     """The seeds of the members (:func:`seeds_of_members`); each member's LightGBM row and feature sampling, and its
     inner folds (:func:`~weir.training.ltr.rounds.rounds_by_cv`)."""
     return seeds_of_members(config.seed, config.members)
+
+
+def member_sample(config: TrainConfig, seed: int, j: int, pool: set[str]) -> set[str]:
+    """The training queries of set ``j`` (of ``pool``) that the member of ``seed`` trains on: a ``member_queries``
+    share drawn by its seed (all of them at 1)."""
+    if config.member_queries >= 1:
+        return pool
+    return split(sorted(pool), 1 - config.member_queries, seed + 500 + j)[0]
 
 
 def booster_params(config: TrainConfig, features: Sequence[str]) -> dict:

@@ -8,7 +8,7 @@ import numpy as np
 
 from weir.evaluation.folds import folds_of
 from weir.training.ltr.boosting import fit
-from weir.training.ltr.config import INNER_BY, TrainConfig, booster_params, init_column, member_seeds
+from weir.training.ltr.config import INNER_BY, TrainConfig, booster_params, init_column, member_sample, member_seeds
 from weir.training.ltr.examples import Examples
 from weir.core.types import InputError
 
@@ -61,7 +61,8 @@ def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig,
         for k, (train, valid) in enumerate(inner_keeps(data, main_keep, config, seed)):
             if len(by_fold) <= k:
                 by_fold.append([])
-            train_parts, valid_parts = [data[j].select(q) for j, q in train], [data[j].select(q) for j, q in valid]
+            train_parts = [data[j].select(member_sample(config, seed, j, q)) for j, q in train]
+            valid_parts = [data[j].select(q) for j, q in valid]
             if not any(p[2] for p in valid_parts) or not any(p[2] for p in train_parts):
                 continue
             booster, info = fit(train_parts, valid_parts, features, params=booster_params(config, features),

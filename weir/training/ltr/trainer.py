@@ -21,6 +21,7 @@ from weir.training.ltr.config import (
     TrainConfig,
     booster_params,
     init_column,
+    member_sample,
     member_seeds,
 )
 from weir.training.ltr.examples import Examples, load_examples
@@ -43,8 +44,9 @@ def fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, featu
             raise InputError(f"unknown rounds rule {config.rounds_rule!r}; known: {', '.join(ROUNDS_RULES)}")
         inner_fits: list = []
         rounds, inner, detail = rounds_by_cv(data, main_keep, config, features, inner_fits)
-        parts = [data[0].select(main_keep)] + [ex.select(set(ex.qids)) for ex in data[1:]]
-        fits = [fit(parts, [], features, params=booster_params(config, features), rounds=max(rounds, 1), seed=seed,
+        pools = [set(main_keep)] + [set(ex.qids) for ex in data[1:]]
+        fits = [fit([ex.select(member_sample(config, seed, j, pool)) for j, (ex, pool) in enumerate(zip(data, pools))],
+                    [], features, params=booster_params(config, features), rounds=max(rounds, 1), seed=seed,
                     init_col=init_column(config, features)) for seed in (seeds if rounds else seeds[:1])]
         info = fits[0][1]
         info.update({"best_iteration": rounds, "rounds": rounds, "inner_cv_ndcg@10": round(inner, 4),
@@ -54,13 +56,14 @@ def fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, featu
         if choice:
             info["risk_choice"] = choice
         return [b for b, _ in fits], info
-    train_parts, valid_parts = [], []
+    train_pools, valid_parts = [], []
     for j, ex in enumerate(data):
         pool = main_keep if j == 0 else set(ex.qids)
         tr, va = split(sorted(pool), config.val_fraction, config.seed + j)
-        train_parts.append(ex.select(tr))
+        train_pools.append(tr)
         valid_parts.append(ex.select(va))
-    fits = [fit(train_parts, valid_parts, features, params=booster_params(config, features), rounds=config.rounds,
+    fits = [fit([ex.select(member_sample(config, seed, j, tr)) for j, (ex, tr) in enumerate(zip(data, train_pools))],
+                valid_parts, features, params=booster_params(config, features), rounds=config.rounds,
                 early_stopping=config.early_stopping, seed=seed, init_col=init_column(config, features))
             for seed in seeds]
     info = fits[0][1]
