@@ -33,6 +33,8 @@ Commands (each step a `weir` process; everything under --work, reused when there
   features computed once (pickled under --work): to compare recipes before confirming one with ``ltr-loco``;
 - ``ltr-risk``: issue 53's risk-aware table from ``ltr-sweep``'s rows: per collection left out, each ``--variant``'s
   nDCG@10, URisk (alpha 5) against hybrid and paired p against the first variant named (the one-member reference);
+- ``ltr-risk-oof``: training queries only: the members' out-of-fold spread against the size of the trees' move, and
+  the URisk of three ways of weighing it (``research/transfer_ltr.py``);
 - ``fusion-loco``: the ``deepimpact+bm25`` weight chosen by leaving one collection out. For each collection X, its
   leave-one-out DeepImpact head (as ``loco`` trains it; X indexed with bm25 and that head) scores X's evaluation
   topics fused with BM25 at every weight 0, 0.05, ..., 1 on ``deepimpact`` (min-max, as served). The weight for X is
@@ -73,7 +75,7 @@ from pathlib import Path
 from transfer_common import COLLECTIONS, PIPELINES, ROOT, SOURCES, evaluate, loco_head, train
 from transfer_fusion import fusion_loco
 from transfer_heads import epochs, members, shrinkage
-from transfer_ltr import ltr_final, ltr_loco, ltr_risk_table, ltr_sweep, ltr_table
+from transfer_ltr import ltr_final, ltr_loco, ltr_risk_oof, ltr_risk_table, ltr_sweep, ltr_table
 from transfer_quality import quality_final, quality_loco, quality_table
 
 
@@ -158,7 +160,7 @@ def table(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=("cache", "loco", "self", "final", "table", "ltr-loco", "ltr-final",
-                                        "ltr-sweep", "ltr-risk", "fusion-loco", "epochs", "members", "shrinkage",
+                                        "ltr-sweep", "ltr-risk", "ltr-risk-oof", "fusion-loco", "epochs", "members", "shrinkage",
                                         "quality-loco", "quality-final", "quality-table"))
     ap.add_argument("--indexes", type=Path, default=ROOT / "indexes", help="ltr: an index (bm25, dense) per "
                     "collection, named after it")
@@ -195,7 +197,8 @@ def main() -> None:
     args.kinds = [k for k in args.kinds.split(",") if k]
     args.tag = args.tag or args.shape
     {"cache": cache, "loco": loco, "self": self_supervised, "final": final, "table": table, "ltr-loco": ltr_loco,
-     "ltr-final": ltr_final, "ltr-sweep": ltr_sweep, "ltr-risk": ltr_risk_table, "fusion-loco": fusion_loco,
+     "ltr-final": ltr_final, "ltr-sweep": ltr_sweep, "ltr-risk": ltr_risk_table, "ltr-risk-oof": ltr_risk_oof,
+     "fusion-loco": fusion_loco,
      "epochs": epochs, "members": members, "shrinkage": shrinkage, "quality-loco": quality_loco,
      "quality-final": quality_final, "quality-table": quality_table}[args.command](args)
 

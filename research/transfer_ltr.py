@@ -227,3 +227,51 @@ def ltr_risk_table(args) -> None:
         print(f"| {c} | {rows[(tags[0], c)]['first']:.4f} | " + " | ".join(cells) + " |")
     print("| mean | | " + " | ".join(f"({np.mean([d for d, _ in sums[t]]):+.4f}) | {np.mean([u for _, u in sums[t]]):+.4f}"
                                      f" | " for t in tags) + " |")
+
+
+def ltr_risk_oof(args) -> None:
+    """Training queries only, no held-out figure: why a risk chosen by the members' spread moves little. For each
+    ``--variant`` fitted on ``--collections``' training sets, every member's out-of-fold scores (as the risk's choice
+    reads them, :mod:`weir.training.ltr.risk`); per set, the median spread against the median size of the trees' move
+    (their mean score centred per query) and their correlation; then, per form and weight, the sets' mean URisk (alpha
+    5) and nDCG@10 against the candidates' order: ``lcb`` mean - w * spread (what is served), ``soft`` the move
+    shrunk towards 0 by w * spread, ``scale`` the move divided by 1 + w (no spread: the first stage's pull alone)."""
+    import numpy as np
+
+    from weir.evaluation.risk import urisk_of
+    from weir.ranker.rerankers.ltr import base_scores
+    from weir.ranker.rerankers.ltr_features import FEATURES
+    from weir.training.ltr import TrainConfig, init_column
+    from weir.training.ltr.boosting import ndcg_at_10_per_query
+    from weir.training.ltr.risk import RISK_GRID, out_of_fold
+    from weir.training.ltr.rounds import rounds_by_cv
+
+    forms = {"lcb": lambda m, s, w: m - w * s, "soft": lambda m, s, w: np.sign(m) * np.maximum(np.abs(m) - w * s, 0),
+             "scale": lambda m, s, w: m / (1 + w)}
+    data = [_examples(n, "train", args) for n in args.collections]
+    for variant in args.variant:
+        tag, _, spec = variant.partition("=")
+        fields = {**RECIPE, **json.loads(spec or "{}")}
+        fields["params"] = {**RECIPE["params"], **fields.get("params", {})}
+        config = TrainConfig(sets=[], out="", rounds=300, **fields)
+        fits: list = []
+        rounds, _, _ = rounds_by_cv(data, set(data[0].qids), config, FEATURES, fits)
+        oof = out_of_fold(data, fits, config.members, rounds)
+        table: dict = {}
+        for name, ex, scores in zip(args.collections, data, oof):
+            rows, groups = ex.rows(set(ex.qids))
+            y, s = ex.y[rows], scores[:, rows]
+            base = base_scores(ex.X[rows], groups, init_column(config, FEATURES))
+            starts = np.cumsum([0] + groups[:-1])
+            move = s.mean(axis=0) - np.repeat([s.mean(axis=0)[a:a + n].mean() for a, n in zip(starts, groups)], groups)
+            spread = s.std(axis=0)
+            before = ndcg_at_10_per_query(-np.concatenate([np.arange(n, dtype=float) for n in groups]), y, groups)
+            print(f"{tag} {name}: {rounds} rounds; spread median {np.median(spread):.4f}, |move| median "
+                  f"{np.median(np.abs(move)):.4f}, correlation {np.corrcoef(spread, np.abs(move))[0, 1]:+.3f}")
+            for form, f in forms.items():
+                for w in RISK_GRID:
+                    after = ndcg_at_10_per_query(base + f(move, spread, w), y, groups)
+                    table.setdefault((form, w), []).append((urisk_of(after - before), after.mean()))
+        print(f"\n| form | weight | URisk5 (mean of sets) | nDCG@10 |\n|---|---:|---:|---:|")
+        for (form, w), v in table.items():
+            print(f"| {form} | {w:g} | {np.mean([u for u, _ in v]):+.4f} | {np.mean([n for _, n in v]):.4f} |")

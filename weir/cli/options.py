@@ -64,7 +64,8 @@ def add_pipeline_options(p: argparse.ArgumentParser, *, depth: bool = True, pipe
         g.add_argument("--depth", dest="rerank_depth", type=int, default=None,
                        help="candidates each reranker rescores (default: the reranker's, 100); -k is how many "
                        "are returned")
-    g.add_argument("--ltr-model", default=None, help="ltr: LightGBM model directory (default: the shipped model of the "
+    g.add_argument("--ltr-model", default=None, help="ltr: LightGBM model directory, or a shipped model's name (ltr, "
+                   "ltr-cosine, ltr-members: five seeds, ranking by risk) (default: the shipped model of the "
                    "stages before it: models/ltr-cosine after a lexical first stage or --candidates over an index "
                    "with dense vectors, else models/ltr)")
     g.add_argument("--ltr-risk", type=float, default=None, metavar="LAMBDA",

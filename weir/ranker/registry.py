@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from weir.indexer.index_dir import Index
@@ -122,10 +123,19 @@ def ltr_model_for(index: Index, after: Sequence[str]) -> str:
     return "ltr"
 
 
+def model_folder(given: str | os.PathLike) -> Path:
+    """The model directory a reranker's ``model`` option names: a path, or the name of a shipped model (``ltr``,
+    ``ltr-members``, ...: :func:`~weir.core.runtime.shipped_model`)."""
+    text = os.fspath(given)
+    if os.path.isdir(text) or os.sep in text or text.startswith("."):
+        return Path(text)
+    return shipped_model(text)
+
+
 def _ltr(index: Index, o: LTROptions, after: Sequence[str]) -> Reranker:
     from weir.ranker.rerankers.ltr import LTRReranker
 
-    return LTRReranker(index, o.model or shipped_model(ltr_model_for(index, after)), depth=o.depth, device=o.device,
+    return LTRReranker(index, model_folder(o.model or ltr_model_for(index, after)), depth=o.depth, device=o.device,
                        backend=o.backend, risk=o.risk)
 
 
@@ -230,7 +240,7 @@ def score_identity(spec: str, index: Index, options: PipelineOptions | None = No
     for i, name in enumerate(names):
         if name in RERANKERS:
             given = reranker_model(name, index, options, names[:i])
-            folder = given if os.path.isdir(given) else shipped_model(given)
+            folder = model_folder(given)
             card = os.path.join(folder, "card.json")
             models[name] = sha256_file(card) if os.path.isfile(card) else os.path.basename(os.path.normpath(folder))
     return {"pipeline": ">>".join(names), "options": own, "fusion": fusion, "models": models}

@@ -265,3 +265,25 @@ def test_the_reranker_keeps_the_spread_and_explains_the_risk(tiny_index, tmp_pat
     LTRModel(boosters[:1], FEATURES, {"kind": "ltr"}).save(tmp_path / "one")
     with pytest.raises(InputError, match="one member"):
         LTRReranker(tiny_index, tmp_path / "one", risk=0.5)
+
+
+def test_the_shipped_seed_ensemble_is_named_and_ranks_by_risk(tiny_index):
+    """``ltr_model=ltr-members`` names the shipped model of five seeds: its hits carry their spread, its risk is
+    the one its training chose (recorded in features.json), ``ltr_risk`` overrides it, and a score identity names
+    the risk, so a calibration of one risk never calibrates another."""
+    from weir.core.runtime import shipped_model
+    from weir.ranker import registry
+    from weir.ranker.options import PipelineOptions
+
+    meta = json.loads((shipped_model("ltr-members") / "features.json").read_text())
+    options = PipelineOptions.from_mapping({"ltr_model": "ltr-members"})
+    stage = registry.build_stage("ltr", tiny_index, options)
+    assert len(stage.model.boosters) == meta["members"] == 5 and stage.risk == meta["risk"] > 0
+    run = registry.build("bm25>>ltr", tiny_index, options)([Query("q", "apple banana")], k=3)
+    assert all(h.stage_scores["ltr_spread"] > 0 for h in run["q"])
+    assert registry.build_stage("ltr", tiny_index, options.updated({"ltr_risk": 0})).risk == 0
+    identity = registry.score_identity("bm25>>ltr", tiny_index, options)
+    assert identity != registry.score_identity("bm25>>ltr", tiny_index, options.updated({"ltr_risk": 2}))
+    assert identity["models"]["ltr"] == registry.score_identity(
+        "bm25>>ltr", tiny_index, PipelineOptions.from_mapping({"ltr_model": str(shipped_model("ltr-members"))}))[
+        "models"]["ltr"]  # a name and its path are one model
