@@ -217,3 +217,42 @@ def test_generated_cutoffs_answer_a_prefix_or_are_refused(client, min_relevance,
     assert [h.doc_id for h in hits] == [h.doc_id for h in whole][:len(hits)]
     assert all(h.relevance >= np.float32(min_relevance) for h in hits)
     assert all(h.relevance <= np.float32(min_relevance) for h in whole[len(hits):len(hits) + 1])  # float32 on the wire
+
+
+def test_concurrent_callers_of_a_risk_aware_ltr_get_its_spread_and_reasons_of_sequential_calls(calibrated):
+    """A server whose ltr is the seed ensemble (``ltr_model = "ltr-members"``): each hit of bm25>>ltr carries the
+    members' spread beside their risk-aware score, explained with the risk's penalty; 8 callers at once get each
+    answer byte for byte as when it was asked alone."""
+    config = ServiceConfig.load(index=str(calibrated.path), port=0, verify_checksums=False, pipelines=["bm25>>ltr"],
+                                default_pipeline="bm25>>ltr", options={"ltr_model": "ltr-members"})
+    with BackgroundServer(config) as s, SearchClient(f"127.0.0.1:{s.port}", timeout=30) as client:
+        calls = [(q, e) for q in QUERIES for e in (False, True)]
+        sequential = [_answer(client.search(q, k=5, pipeline="bm25>>ltr", explain=e)) for q, e in calls]
+        first = search_pb2.SearchResponse.FromString(sequential[1]).hits
+        assert all(h.stage_scores["ltr_spread"] > 0 for h in first)
+        for h in first:
+            assert any(r.part == "(risk)" and r.contribution < 0 for r in h.reasons)
+            assert sum(r.contribution for r in h.reasons if r.stage == "ltr") == pytest.approx(
+                h.stage_scores["ltr"], abs=1e-4)
+        answers: dict[int, bytes] = {}
+        lock = threading.Lock()
+        order = iter(range(len(calls) * 2))
+
+        def caller() -> None:
+            while (i := _next(order, lock)) is not None:
+                q, e = calls[i % len(calls)]
+                answer = _answer(client.search(q, k=5, pipeline="bm25>>ltr", explain=e))
+                with lock:
+                    answers[i] = answer
+
+        threads = [threading.Thread(target=caller) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [answers[i] for i in range(len(calls) * 2)] == sequential * 2
+
+
+def _next(order, lock) -> int | None:
+    with lock:
+        return next(order, None)
