@@ -65,6 +65,23 @@ expiry, down per answer, half-life 2 s: 0.35x the answers, the refusals starving
 what fits in 0.8 of the time left: 0.94x the answers, expired 20/866 and 2/788, sheds 14 and 29 against 33 and 47,
 refusal p99 0.5 and 114.9 ms).
 
+A margin for the batches' spread (2026-12-07, this machine; `[limits] admit_sigmas`, default 2: a call is admitted
+when it would end in time with its batches' cost two weighted standard deviations above their mean), side by side
+against the mean alone, 2 rounds each:
+
+    python bench/load.py --index IDX --pipelines bm25 -k 1000 --include-text --timeout 0.2 --concurrency 1,32 \
+        --seconds 10 --rounds 2 --compare "--admit-sigmas 0" ""          # and hybrid>>ltr -k 10 without text
+
+    32 callers, 200 ms     OK/s, 0 -> 2           expired / admitted               server refusal p99, 0 -> 2
+    bm25 k=1000 with text  79.4, 75.6 -> 74.4, 69.5  12/882, 12/817 -> 6/769, 7/726   83.7, 146.5 -> 0.7, 108.1 ms
+    hybrid>>ltr k=10       69.2, 75.4 -> 65.7, 78.1  66/811, 31/840 -> 25/690, 13/809  80.1, 148.7 -> 0.5, 0.5 ms
+
+    (one caller: bm25 73.2-83.9 OK/s, hybrid>>ltr 52.4-73.2; sheds 63, 46 -> 19, 24 and 46, 45 -> 6, 15)
+
+Four earlier rounds of the same setting (an environment variable then, the same code) gave bm25 expired 0.1-0.7% and
+refusal p99 56.9, 20.3, 52.1, 0.7 ms; hybrid>>ltr expired 1.2% and 0.1%, p99 106.0 and 0.9 ms. At 3 sigmas (bm25, 2
+rounds): p99 0.5 and 0.5 ms, expired 12/685 and 2/666, 0.87x the answers of 2 sigmas.
+
 Goodput against offered load (d85ba67, `--offered 0.5,1,2,4,8 --seconds 8 --compare` as above; OK/s over the
 one-caller capacity, before -> after): bm25 k=1000 with text, 200 ms: 2x 0.62 -> 1.17, 4x 0.01 -> 1.13, 8x 0.01 ->
 0.84; hybrid>>ltr k=10, 200 ms: 2x 2.00 -> 1.97, 4x 0.04 -> 1.49, 8x 0.04 -> 1.28; bm25>>attention depth 20, 1 s:

@@ -54,6 +54,48 @@ def test_costs_follow_the_batches_and_the_expected_wait_shares_the_backlog_betwe
     assert stale.of("a") is None  # not renewed: forgotten, so that the next calls are measured again
 
 
+def test_admission_keeps_a_margin_of_the_batches_spread():
+    """The costs' weighted variance (Finch 2009: v <- (1 - a)(v + a d^2)) is kept beside their mean; a call is
+    admitted only when it would end in time with the cost ``admit_sigmas`` standard deviations above the mean: at 0 a
+    call that fits at the mean is admitted, at 2 the same call is refused, with the margin in its message."""
+    from weir.core.types import InputError
+    from weir.service.admission import Admission, Costs
+    from weir.service.config import Limits
+    from weir.service.failures import Failure
+    from weir.service.metrics import Metrics
+
+    costs = Costs(alpha=0.5)
+    assert costs.spread("a") == 0.0
+    costs.observe("a", 1, 0.1)
+    assert costs.spread("a") == 0.0  # one batch: no spread yet
+    costs.observe("a", 1, 0.3)  # d = 0.2: mean 0.2, variance 0.5 * (0 + 0.5 * 0.04) = 0.01
+    assert costs.of("a") == pytest.approx(0.2) and costs.spread("a") == pytest.approx(0.1 / 0.2)
+
+    class Idle:
+        max_batch = 8
+
+        def lane(self, key):
+            return ""
+
+        def workers_of(self, key):
+            return 1
+
+        def backlog(self):
+            return {}, []
+
+        def earliest_deadline(self, key):
+            return None
+
+    metrics = Metrics()
+    Admission(Limits(admit_sigmas=0), Idle(), metrics, costs).check_time("a", 1, 0.25)  # 0.2 s at the mean: in time
+    with pytest.raises(Failure) as refused:  # 0.2 * (1 + 2 * 0.5) = 0.4 s with the margin: not
+        Admission(Limits(admit_sigmas=2), Idle(), metrics, costs).check_time("a", 1, 0.25)
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "400 ms" in refused.value.message
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(InputError, match="admit_sigmas"):
+            Limits(admit_sigmas=bad)
+
+
 class _Slow:
     """Every batch of a server takes ``seconds`` longer; ``batches`` counts the batches that ran."""
 

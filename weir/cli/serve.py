@@ -42,7 +42,7 @@ def cmd_serve(args) -> int:
 
 
 LIMITS = ("max_k", "max_depth", "max_query_chars", "max_query_terms", "max_batch_queries", "max_in_flight",
-          "max_queued")
+          "max_queued", "admit_sigmas")
 
 
 def cmd_query(args) -> int:
@@ -124,6 +124,9 @@ def add_parsers(sub) -> None:
     for name, default in (("max_k", 1000), ("max_depth", 1000), ("max_query_chars", 4096), ("max_query_terms", 1024),
                           ("max_batch_queries", 100), ("max_in_flight", 16), ("max_queued", 64)):
         lim.add_argument("--" + name.replace("_", "-"), type=int, help=f"(default {default})")
+    lim.add_argument("--admit-sigmas", type=float, help="admit a call with a deadline only when it would be answered "
+                     "in time even if batches ran this many standard deviations slower than the server's recent mean "
+                     "(default 2; 0: at the mean: more answers under overload, more of them too late)")
     bat = sv.add_argument_group("micro-batching")
     bat.add_argument("--max-batch", type=int, help="queries of one pipeline run together at most (default 16; 1: "
                      "no batching)")

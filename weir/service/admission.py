@@ -10,10 +10,16 @@ RESOURCE_EXHAUSTED and a retry pushback (``grpc-retry-pushback-ms``, gRPC's serv
 the queue to expire: under overload, first-in-first-out queueing had turned all of the server's time into answers
 nobody waited for (32 callers of a 200 ms deadline: 1% of one caller's goodput). What a call will take is estimated
 from the server's own recent batches (:class:`Costs`: seconds per answered query, per pipeline, k and depth): the
-work waiting and running, shared by the workers, then the call's own queries. A pipeline not run yet has no
-estimate and is admitted. A call without a deadline is refused when it would wait longer than ``default_budget_ms``
-to start. Anchors: "Fail at Scale" (ACM Queue, 2015), Triton's queue policy, gRPC's ``grpc-retry-pushback-ms``;
-written here because grpc.aio has no admission control of its own.
+work waiting and running, shared by the workers, then the call's own queries, with a margin: the call must end in
+time even if its batches ran ``admit_sigmas`` (default 2) standard deviations slower than their recent mean. At the
+mean alone, a call admitted on a lucky estimate waited and was then shed from its batch (a refusal after 80-150 ms)
+or expired. Side by side (``bench/load.py ... --concurrency 1,32 --rounds 2 --compare "--admit-sigmas 0" ""``, 32
+callers, 200 ms deadlines, SciFact bm25+dense, 2 cores), at 0 -> 2: bm25 k=1000 with text, admitted calls that
+expired 1.4-1.5% -> 0.8-1.0%, the server's refusal p99 84-147 -> 0.7-108 ms, 0.93x the answers in time;
+hybrid>>ltr k=10, expired 3.7-8.1% -> 1.6-3.6%, refusal p99 80-149 -> 0.5 ms, 0.99x the answers. A pipeline not run
+yet has no estimate and is admitted. A call without a deadline is refused when it would wait longer than
+``default_budget_ms`` to start. Anchors: "Fail at Scale" (ACM Queue, 2015), Triton's queue policy, gRPC's
+``grpc-retry-pushback-ms``; written here because grpc.aio has no admission control of its own.
 """
 
 from __future__ import annotations
@@ -32,24 +38,38 @@ from weir.service.metrics import Metrics
 
 class Costs:
     """Seconds per answered query of each batch key, from the server's own batches: an exponentially weighted mean
-    (weight ``alpha`` to the newest batch) of a batch's wall time over the queries it answered. A batch's time is
-    shared by its queries, so under load, when batches grow, a query costs less: the estimate follows. An estimate
-    not renewed for ``max_age`` seconds is forgotten (the next calls are admitted and measured): a cost estimated
-    too high, which would refuse every call and so never be measured again, lasts that long at most."""
+    (weight ``alpha`` to the newest batch) of a batch's wall time over the queries it answered, and the exponentially
+    weighted variance about it (:meth:`spread`). A batch's time is shared by its queries, so under load, when batches
+    grow, a query costs less: the estimate follows. An estimate not renewed for ``max_age`` seconds is forgotten (the
+    next calls are admitted and measured): a cost estimated too high, which would refuse every call and so never be
+    measured again, lasts that long at most."""
 
     def __init__(self, alpha: float = 0.3, max_age: float = 10.0):
         self.alpha, self.max_age = alpha, max_age
-        self._per_query: dict[Hashable, tuple[float, float]] = {}  # key -> (seconds a query, when last renewed)
+        # key -> (seconds a query, the variance of that, when last renewed)
+        self._per_query: dict[Hashable, tuple[float, float, float]] = {}
 
     def observe(self, key: Hashable, queries: int, seconds: float) -> None:
         value, now = seconds / queries, time.monotonic()
-        old = self.of(key)
-        self._per_query[key] = (value if old is None else old + self.alpha * (value - old), now)
+        if self.of(key) is None:
+            self._per_query[key] = (value, 0.0, now)
+            return
+        mean, variance, _ = self._per_query[key]
+        delta = value - mean  # the exponentially weighted variance of Finch, "Incremental calculation of weighted
+        # mean and variance" (2009), eq. 143
+        self._per_query[key] = (mean + self.alpha * delta, (1 - self.alpha) * (variance + self.alpha * delta ** 2),
+                                now)
 
     def of(self, key: Hashable) -> float | None:
         """The estimate for ``key`` (None: no batch of it has finished in the last ``max_age`` seconds)."""
-        value, renewed = self._per_query.get(key, (None, 0.0))
+        value, _, renewed = self._per_query.get(key, (None, 0.0, 0.0))
         return value if value is not None and time.monotonic() - renewed <= self.max_age else None
+
+    def spread(self, key: Hashable) -> float:
+        """How much a batch of ``key`` strays from the estimate: the weighted standard deviation over the mean (0
+        without an estimate)."""
+        mean = self.of(key)
+        return (self._per_query[key][1] ** 0.5) / mean if mean else 0.0
 
 
 class Admission:
@@ -124,34 +144,37 @@ class Admission:
         return work / workers, min(together, max_batch) * own
 
     def check_time(self, key: Hashable, queries: int, remaining: float | None) -> None:
-        """Failure(RESOURCE_EXHAUSTED, with a retry pushback) when the call would not be answered within
-        ``remaining`` seconds, or would make the batch it joins end after the deadline of a query already waiting
-        in it (first come, first served: the newcomer is refused at once rather than a waiting query shed later),
-        or, without a deadline, would wait longer than ``default_budget_ms`` to start. The pushback is how much
-        sooner the call would have had to be answered (the work ahead of it must drain that long before the same
-        call fits), and at least its own batch's time. A pushback of the wait alone, often a millisecond when the
-        refusal was a waiting query's deadline, had 32 callers of bm25 k=1000 with text (200 ms deadlines) refused
-        about 240 times a second, the refusals taking the event loop's time from the answers; this pushback halves
-        the refusals and gives 1.13x the answers in time (bench/load.py, side by side)."""
+        """Failure(RESOURCE_EXHAUSTED, with a retry pushback) when the call would not be answered within ``remaining``
+        seconds (its batches ``admit_sigmas`` standard deviations slower than their mean), or would make the batch it
+        joins end after the deadline of a query already waiting in it (first come, first served: the newcomer is refused
+        at once rather than a waiting query shed later), or, without a deadline, would wait longer than
+        ``default_budget_ms`` to start. The pushback is how much sooner the call would have had to be answered (the work
+        ahead of it must drain that long before the same call fits), and at least its own batch's time. A pushback of
+        the wait alone, often a millisecond when the refusal was a waiting query's deadline, had 32 callers of bm25
+        k=1000 with text (200 ms deadlines) refused about 240 times a second, the refusals taking the event loop's time
+        from the answers; this pushback halves the refusals and gives 1.13x the answers in time (bench/load.py, side by
+        side)."""
         expected = self.expected(key, queries)
         if expected is None:
             return
         wait, own = expected
         self.metrics.expected_wait.set(wait)
+        margin = 1 + self.limits.admit_sigmas * self.costs.spread(key)
         if remaining is None:
             needed, budget, what = wait, self.limits.default_budget_ms / 1000, "the budget of a call without a deadline"
         else:
-            needed, budget, what = wait + own, remaining, "its deadline"
+            needed, budget, what = (wait + own) * margin, remaining, "its deadline"
             earliest = self.batcher.earliest_deadline(key)
             if earliest is not None and earliest - time.monotonic() < budget:
                 budget, what = earliest - time.monotonic(), "the deadline of a query waiting for the same batch"
         if needed <= budget:
             return
         reason = "deadline" if remaining is not None else "budget"
+        spread = ", with a margin for the spread of its batches" if margin > 1 and remaining is not None else ""
         self.metrics.rejected.labels(reason).inc()
         raise Failure(grpc.StatusCode.RESOURCE_EXHAUSTED,
                       f"the server would answer in about {needed * 1000:.0f} ms ({wait * 1000:.0f} ms waiting for "
-                      f"work ahead of it), after {what} ({budget * 1000:.0f} ms); retry later",
+                      f"work ahead of it{spread}), after {what} ({budget * 1000:.0f} ms); retry later",
                       pushback_ms=max(1, round(max(needed - budget, own) * 1000)), reason=reason)
 
     def close(self) -> None:

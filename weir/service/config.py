@@ -19,6 +19,8 @@ max_batch_queries = 100
 max_in_flight = 16                 # requests admitted and not finished, queued ones included...
 max_queued = 64                    # ...plus these; beyond: RESOURCE_EXHAUSTED at once
 default_budget_ms = 10000          # a call without a deadline that would wait longer to start: RESOURCE_EXHAUSTED
+admit_sigmas = 2.0                 # a call is admitted when it would end in time even if batches ran this many
+                                   # standard deviations slower than their mean (0: at the mean)
 
 [batching]
 max_batch = 16                     # queries of one pipeline run together at most
@@ -81,11 +83,15 @@ class Limits:
     max_in_flight: int = 16
     max_queued: int = 64
     default_budget_ms: int = 10000
+    # admission's margin: a call must end in time with the batches' cost this many standard deviations above its mean
+    # (weir.service.admission.Costs.spread)
+    admit_sigmas: float = 2.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
-            if getattr(self, f.name) < (0 if f.name == "max_queued" else 1):
-                raise InputError(f"limit {f.name} must be positive (got {getattr(self, f.name)})")
+            value = getattr(self, f.name)
+            if not value >= (0 if f.name in ("max_queued", "admit_sigmas") else 1) or value == float("inf"):
+                raise InputError(f"limit {f.name} must be positive (got {value})")
 
 
 @dataclass(frozen=True)
