@@ -6,7 +6,8 @@ machine's address otherwise) and asserts on what it wrote.
 (an index), ``shards`` (its shard indexes), ``ray`` (the [ray] settings), ``pipelines`` (each: ``pipeline``, ``k``,
 ``depth``, ``queries``, ``concurrent_calls``, ``include_text``), ``errors`` (requests that must fail) and optionally
 ``kill`` (callers asking ``pipeline`` ``k`` over ``queries`` while one replica of ``deployment`` is killed
-``kill_after`` seconds in, until 2 s after the front's Info shows it restarted, ``seconds`` at most). A local Ray instance is started once and stopped at the end.
+``kill_after`` seconds in, until 2 s after the front's Info shows it restarted, ``seconds`` at most; with
+``whole_time``, all ``seconds``). A local Ray instance is started once and stopped at the end.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _killed(target: str, spec: dict, single: list) -> dict:
     from weir.service.client import SearchClient
 
     queries, seconds = spec["queries"], spec["seconds"]
-    stop_at = [time.monotonic() + seconds]  # at most; 2 s after Info shows the recovery
+    stop_at = [time.monotonic() + seconds]  # at most; 2 s after Info shows the recovery, unless ``whole_time``
     killed_at: list[float] = []
 
     def caller(n: int) -> list:
@@ -109,7 +110,7 @@ def _killed(target: str, spec: dict, single: list) -> dict:
                     whole = all(running == target for _, running, target in replicas)
                     if killed_at and not whole:
                         degraded = True
-                    elif degraded and whole:  # recovered: the callers go on 2 s more, to be answered again
+                    elif degraded and whole and not spec.get("whole_time"):  # recovered: 2 s more, then stop
                         stop_at[0] = min(stop_at[0], time.monotonic() + 2.0)
                 except grpc.RpcError as e:
                     polls.append([time.monotonic(), e.code().name, None])
