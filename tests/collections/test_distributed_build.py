@@ -4,7 +4,9 @@ workers, so one block of 256 and one of 44. The transformer passes are what thes
 ten documents are cut to their first 48 words (a quarter of the average); the ten whole ones keep passages that span
 several term-weighting windows in the first block. Killed as a whole after its first block file, a build of bm25, deepct
 and deepimpact run again resumes from it and gives the single-process index: every run of every component equal, ids,
-order and scores. A shard set built on Ray (``--shard-set 2``, bm25, deepct, deepimpact and dense) with one worker
+order and scores. Killed at each phase its driver runs after the blocks (Lucene, the postings export, the dense index;
+``WEIR_KILL_EVERY_PHASE=1``, three more builds: 59 s here, 2026-12-07), a build over an index leaves it untouched and
+verified, and the next run reuses every block and gives the single-process index. A shard set built on Ray (``--shard-set 2``, bm25, deepct, deepimpact and dense) with one worker
 killed mid-build holds the single index's postings and vectors (the same bits) in its two shards, the killed
 worker's block retried on a restarted actor. (What ``--shard I/N --ray`` hands the workers is checked without Ray,
 in tests/indexer/test_distributed_plan.py.)
@@ -268,3 +270,41 @@ def test_a_shard_set_built_on_ray_with_a_worker_killed_holds_the_single_index(su
     assert len(shard_states) == len(ids)
     for x, y in zip(whole.passage_states.get(ids), shard_states.get(ids)):
         np.testing.assert_allclose(x, y, atol=5e-3)
+
+
+# the phases a Ray build runs in its driver once every block file is written, as its progress names them
+DRIVER_PHASES = ("bm25 index", "postings bm25", "dense index")
+
+
+@pytest.mark.skipif(os.environ.get("WEIR_KILL_EVERY_PHASE") != "1",
+                    reason="three more Ray builds (about 3 min): WEIR_KILL_EVERY_PHASE=1 runs them once; make test "
+                    "keeps the kill after the first block file")
+def test_a_ray_build_killed_at_each_driver_phase_leaves_the_old_index_and_resumes_from_every_block(subset, single,
+                                                                                                   tmp_path):
+    """`weir index build --ray --overwrite` over an index it built, SIGKILLed as a whole once the driver reports each
+    phase after the blocks (Lucene, the postings export, the dense index): the old index is untouched and verifies
+    each time; the next uninterrupted run reuses every block file and gives the single-process index."""
+    from weir.indexer.index_dir import verify
+
+    out, work, log = tmp_path / "index", tmp_path / "work", tmp_path / "build.log"
+    first = subprocess.run(_build(subset, out, work), cwd=ROOT, capture_output=True, timeout=TIMEOUT, check=False)
+    assert first.returncode == 0, first.stderr[-3000:]
+    manifest = (out / "manifest.json").read_bytes()
+    for phase in DRIVER_PHASES:
+        with open(log, "wb") as stderr:
+            proc = subprocess.Popen(_build(subset, out, work, extra=("--overwrite",)), cwd=ROOT, stdout=stderr,
+                                    stderr=stderr, start_new_session=True)
+            _wait_for(lambda: phase in log.read_text(errors="replace"), proc, f"the {phase} phase")
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        _kill_leftover_ray(work)
+        assert (out / "manifest.json").read_bytes() == manifest, phase  # the old index, untouched
+        verify(out)  # every checksum
+        assert len(_block_files(work)) == 2, phase  # every block was written before the driver's phases
+    with open(log, "wb") as stderr:
+        rerun = subprocess.run(_build(subset, out, work, extra=("--overwrite",)), cwd=ROOT, stdout=stderr,
+                               stderr=stderr, timeout=TIMEOUT, check=False)
+    assert rerun.returncode == 0, log.read_text(errors="replace")[-3000:]
+    distributed = json.loads((out / "manifest.json").read_text())["distributed"]
+    assert (distributed["blocks_reused"], distributed["blocks_computed"]) == (2, 0)
+    assert_same_index(single, out, subset)
