@@ -112,9 +112,18 @@ def test_concurrent_callers_get_the_relevance_and_reasons_of_sequential_calls(cl
                                                ("bm25>>ltr", None, True))]
     sequential = [_answer(client.search(q, k=5, pipeline=p, min_relevance=m, explain=e)) for q, p, m, e in calls]
     assert any(h.reasons for h in search_pb2.SearchResponse.FromString(sequential[-1]).hits)
-    concurrent: dict[int, bytes] = {}
-    order = iter(range(len(calls) * 2))
+
+    def ask(q, p, m, e) -> bytes:
+        return _answer(client.search(q, k=5, pipeline=p, min_relevance=m, explain=e))
+
+    assert _concurrently(calls * 2, ask) == sequential * 2
+
+
+def _concurrently(calls: list[tuple], ask, callers: int = 8) -> list:
+    """``ask(*call)`` of every call, taken in turn by ``callers`` threads at once; the answers in the calls' order."""
+    answers: dict[int, object] = {}
     lock = threading.Lock()
+    order = iter(range(len(calls)))
 
     def caller() -> None:
         while True:
@@ -122,17 +131,16 @@ def test_concurrent_callers_get_the_relevance_and_reasons_of_sequential_calls(cl
                 i = next(order, None)
             if i is None:
                 return
-            q, p, m, e = calls[i % len(calls)]
-            answer = _answer(client.search(q, k=5, pipeline=p, min_relevance=m, explain=e))
+            answer = ask(*calls[i])
             with lock:
-                concurrent[i] = answer
+                answers[i] = answer
 
-    threads = [threading.Thread(target=caller) for _ in range(8)]
+    threads = [threading.Thread(target=caller) for _ in range(callers)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert [concurrent[i] for i in range(len(calls) * 2)] == sequential * 2
+    return [answers[i] for i in range(len(calls))]
 
 
 def test_weir_query_asks_for_a_cutoff_and_reasons(server, capsys):
@@ -234,25 +242,8 @@ def test_concurrent_callers_of_a_risk_aware_ltr_get_its_spread_and_reasons_of_se
             assert any(r.part == "(risk)" and r.contribution < 0 for r in h.reasons)
             assert sum(r.contribution for r in h.reasons if r.stage == "ltr") == pytest.approx(
                 h.stage_scores["ltr"], abs=1e-4)
-        answers: dict[int, bytes] = {}
-        lock = threading.Lock()
-        order = iter(range(len(calls) * 2))
 
-        def caller() -> None:
-            while (i := _next(order, lock)) is not None:
-                q, e = calls[i % len(calls)]
-                answer = _answer(client.search(q, k=5, pipeline="bm25>>ltr", explain=e))
-                with lock:
-                    answers[i] = answer
+        def ask(q, e) -> bytes:
+            return _answer(client.search(q, k=5, pipeline="bm25>>ltr", explain=e))
 
-        threads = [threading.Thread(target=caller) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert [answers[i] for i in range(len(calls) * 2)] == sequential * 2
-
-
-def _next(order, lock) -> int | None:
-    with lock:
-        return next(order, None)
+        assert _concurrently(calls * 2, ask) == sequential * 2
