@@ -77,6 +77,12 @@ def test_run_files_experiment(tmp_path):
     rows = list(csv.DictReader(open(out / "per_query.csv")))
     b_ap = {r["qid"]: float(r["delta"]) for r in rows if r["system"] == "run_b" and r["measure"] == "AP"}
     assert b_ap == pytest.approx({"q1": 1 - (1 + 2 / 3) / 3, "q2": 1 - 1 / 3, "q3": 0.0})
+    # URisk of the first measure against the baseline: each query's change, losses counted 1 + 5 times
+    deltas = [float(r["delta"]) for r in rows if r["system"] == "run_b" and r["measure"] == "nDCG@10"]
+    expected = sum(d if d >= 0 else 6 * d for d in deltas) / len(deltas)
+    assert record["risk"]["measure"] == "nDCG@10" and record["risk"]["alpha"] == 5
+    assert record["risk"]["urisk"] == {"run_b": pytest.approx(expected, abs=1e-6)}
+    assert "URisk of nDCG@10 against run_a" in md and f"run_b {expected:+.4f}" in md
 
 
 def test_bad_input_fails_before_running(tmp_path):

@@ -24,6 +24,7 @@ from typing import Any
 from weir.evaluation.measures import DEFAULT_MEASURES, evaluate
 from weir.evaluation.measures import measures as parse_measures
 from weir.evaluation.report import write_outputs
+from weir.evaluation.risk import RISK_ALPHA, urisk
 from weir.evaluation.significance import TESTS, compare
 from weir.core.provenance import sha256_file, utc_now, versions
 from weir.core.trec import read_qrels, read_topics
@@ -325,3 +326,8 @@ def _significance(config: Config, record: dict, systems: list[dict[str, Any]]) -
         "alpha": config.alpha,
         "results": {m: {s: c.to_dict() for s, c in by_system.items()} for m, by_system in tests.items()},
     }
+    first, base = config.measures[0], next(s["per_query"] for s in systems if s["label"] == baseline)
+    record["risk"] = {  # how often a system loses to the baseline, losses weighing 1 + alpha times (URisk)
+        "measure": first, "alpha": RISK_ALPHA,
+        "urisk": {s["label"]: round(urisk(s["per_query"][first], base[first]), 6) for s in systems
+                  if s["label"] != baseline}}

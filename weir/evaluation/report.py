@@ -101,6 +101,16 @@ def _significant(record: dict, label: str, measure: str) -> bool:
     return bool(result and result["significant"])
 
 
+def _risk_note(record: dict) -> str:
+    """The systems' URisk against the baseline, in words (none in a record of before it was kept)."""
+    risk = record.get("risk")
+    if not risk or not risk["urisk"]:
+        return ""
+    values = ", ".join(f"{label} {value:+.4f}" for label, value in risk["urisk"].items())
+    return (f" URisk of {risk['measure']} against {record['baseline']} (the mean change per query, each loss counted "
+            f"{1 + risk['alpha']:g} times; 0: never worse): {values}.")
+
+
 def table(record: dict, digits: int = 4) -> str:
     """The Markdown table: one row per system, the measures (``†`` where significantly different from the
     baseline after correction), mean latency per query and per stage, and the size of the index components each
@@ -134,7 +144,8 @@ def table(record: dict, digits: int = 4) -> str:
     note = (f"{MARK} significantly different from {record['baseline']} ({sig['test']}, Holm-corrected over "
             f"{compared} comparison{'s' * (compared != 1)} per measure, p < {sig['alpha']})."
             + (" Latency: wall time of one batch over all topics, divided by the number of topics." if timed else "")
-            + (" Index MiB: the index components the pipeline reads." if several else ""))
+            + (" Index MiB: the index components the pipeline reads." if several else "")
+            + _risk_note(record))
     return "\n".join([line(head), rule] + [line(r) for r in rows]) + "\n\n" + note
 
 
