@@ -3,15 +3,17 @@ scored by a lambdarank model trained with `weir train ltr` (:mod:`weir.training.
 
 A model directory holds ``model.txt`` (LightGBM's text format), ``features.json`` (the feature names, in the model's
 column order) and ``card.json`` (the model card: training data, command, parameters, metrics, importance). A model of
-several members (`weir train ltr --members N`: boosters that differ only in their random seed, whose scores are
+several members (`weir train ltr --set members=N`: boosters that differ only in their random seed, whose scores are
 averaged) keeps its further members in ``model.1.txt``, ``model.2.txt``, ...: LightGBM has no format for an average
 of boosters, and the average is what takes the seed's luck out of row and feature sampling.
 
 **Risk-aware scores.** The members of such a model agree where the training data pinned a candidate's score down
 and disagree where it did not. A model of several members keeps that spread (the standard deviation of the members'
 scores, ``stage_scores["ltr_spread"]``) and ranks by the mean minus ``risk`` times the spread: a candidate the trees
-would lift only by luck moves less. ``risk`` is chosen on the training queries (`weir train ltr --members N`,
+would lift only by luck moves less. ``risk`` is chosen on the training queries (`weir train ltr --set members=N`,
 :mod:`weir.training.ltr.risk`) and recorded in ``features.json``; the ``ltr_risk`` option sets another (0: the mean).
+Measured on six collections, each left out, the seeds' spread hardly tracks which moves lose (``models/ltr-members``
+is shipped, not the default: ``research/notebook.md``, stop 59).
 """
 
 from __future__ import annotations
@@ -232,7 +234,8 @@ class LTRReranker(Reranker):
         self.risk = self.model.risk if risk is None else check_risk(risk)
         if self.risk and len(self.model.boosters) == 1:
             raise InputError(f"ltr_risk {self.risk}: the LTR model {self.model_path} has one member, no spread to "
-                             f"weigh; train one of several (`weir train ltr --members N`)")
+                             f"weigh; name one of several (`--ltr-model ltr-members`) or train one (`weir train ltr "
+                             f"--set members=N`)")
         self.extractor = FeatureExtractor(index, device=device, backend=backend)
         self.cols = self.model.columns(self.extractor.names)
         self.depth = depth
