@@ -80,7 +80,7 @@ against the mean alone, 2 rounds each:
 
 Four earlier rounds of the same setting (an environment variable then, the same code) gave bm25 expired 0.1-0.7% and
 refusal p99 56.9, 20.3, 52.1, 0.7 ms; hybrid>>ltr expired 1.2% and 0.1%, p99 106.0 and 0.9 ms. At 3 sigmas (bm25, 2
-rounds): p99 0.5 and 0.5 ms, expired 12/685 and 2/666, 0.87x the answers of 2 sigmas.
+rounds): p99 0.5 and 0.5 ms, expired 12/685 and 2/666, 0.88x the answers of 2 sigmas.
 
 Goodput against offered load (d85ba67, `--offered 0.5,1,2,4,8 --seconds 8 --compare` as above; OK/s over the
 one-caller capacity, before -> after): bm25 k=1000 with text, 200 ms: 2x 0.62 -> 1.17, 4x 0.01 -> 1.13, 8x 0.01 ->

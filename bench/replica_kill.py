@@ -40,6 +40,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     args = ap.parse_args()
 
+    from tests.collections.sharded_harness import recovered_after
     from tests.conftest import in_loopback_namespace
     from weir.core.runtime import cache_dir
     from weir.indexer.build import build_index
@@ -76,13 +77,7 @@ def main() -> int:
         for _, code, _, _ in calls:
             codes[code] = codes.get(code, 0) + 1
         unlike = sum(1 for _, code, same, _ in calls if code == "OK" and not same)
-        degraded, whole_again = False, None
-        for t, replicas_now, _ in scenario["kill"]["info"]:
-            whole_now = isinstance(replicas_now, list) and all(r == n for _, r, n in replicas_now)
-            degraded = degraded or (t > 0 and not whole_now)
-            if degraded and whole_now:
-                whole_again = t
-                break
+        whole_again = recovered_after(scenario["kill"])
         again = f"{whole_again:.1f} s" if whole_again is not None else "not within the run"
         print(f"| {replicas} | {len(calls)} | {codes} | {unlike} | {again} |")
     return 0

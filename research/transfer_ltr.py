@@ -107,15 +107,14 @@ def _judge(held: str, ex, scores: dict[str, dict], qrels) -> dict:
     from weir.evaluation.measures import evaluate
     from weir.evaluation.risk import urisk
     from weir.evaluation.significance import paired, paired_test
+    from weir.ranker.rerankers.ltr import per_query
     from weir.ranker.rerankers.ltr_features import FEATURES
     from weir.ranker.stage import apply_scores
 
     keep = set.intersection(*(set(s) for s in scores.values()))
     queries = [q for q in ex.queries if q.id in keep]
     col = FEATURES.index("dense_cos")
-    cos: dict[str, list[float]] = {}
-    for qid, v in zip(ex.qids, np.nan_to_num(ex.X[:, col], nan=-2.0)):
-        cos.setdefault(qid, []).append(float(v))
+    cos = per_query(ex.qids, np.nan_to_num(ex.X[:, col], nan=-2.0))
     runs = {"first": ex.run, "cos": apply_scores(queries, ex.run, 100, cos, "cos"),
             **{name: apply_scores(queries, ex.run, 100, s, "ltr") for name, s in scores.items()}}
     if "--remove-identical" in SOURCES[held][3]:
@@ -243,7 +242,7 @@ def ltr_risk_oof(args) -> None:
     from weir.ranker.rerankers.ltr_features import FEATURES
     from weir.training.ltr import TrainConfig, init_column
     from weir.training.ltr.boosting import ndcg_at_10_per_query
-    from weir.training.ltr.risk import RISK_GRID, out_of_fold
+    from weir.training.ltr.risk import RISK_GRID, candidate_order, out_of_fold
     from weir.training.ltr.rounds import rounds_by_cv
 
     forms = {"lcb": lambda m, s, w: m - w * s, "soft": lambda m, s, w: np.sign(m) * np.maximum(np.abs(m) - w * s, 0),
@@ -265,7 +264,7 @@ def ltr_risk_oof(args) -> None:
             starts = np.cumsum([0] + groups[:-1])
             move = s.mean(axis=0) - np.repeat([s.mean(axis=0)[a:a + n].mean() for a, n in zip(starts, groups)], groups)
             spread = s.std(axis=0)
-            before = ndcg_at_10_per_query(-np.concatenate([np.arange(n, dtype=float) for n in groups]), y, groups)
+            before = ndcg_at_10_per_query(candidate_order(groups), y, groups)
             print(f"{tag} {name}: {rounds} rounds; spread median {np.median(spread):.4f}, |move| median "
                   f"{np.median(np.abs(move)):.4f}, correlation {np.corrcoef(spread, np.abs(move))[0, 1]:+.3f}")
             for form, f in forms.items():

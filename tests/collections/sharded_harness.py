@@ -131,6 +131,16 @@ def _killed(target: str, spec: dict, single: list) -> dict:
             "info": [[t - t0, replicas, healthy] for t, replicas, healthy in polls]}
 
 
+def recovered_after(kill: dict) -> float | None:
+    """Seconds from the kill to the first Info of ``kill`` (what :func:`_killed` wrote) that shows every replica
+    running again after one showing fewer; None: no such Info."""
+    degraded = [t for t, replicas, _ in kill["info"] if t >= 0 and isinstance(replicas, list)
+                and any(running < target for _, running, target in replicas)]
+    whole = [t for t, replicas, _ in kill["info"] if degraded and t > degraded[0] and isinstance(replicas, list)
+             and all(running == target for _, running, target in replicas)]
+    return whole[0] if whole else None
+
+
 def _errors(target: str, requests: list[dict]) -> list:
     import grpc
 

@@ -228,13 +228,11 @@ def _after_the_kill(kill: dict) -> tuple[dict, float | None, list]:
     running again after one showing fewer (None: no such Info), the errors' details)."""
     from collections import Counter
 
+    from tests.collections.sharded_harness import recovered_after
+
     calls = [c for c in kill["calls"] if c[0] >= 0]
     codes = Counter(c[1] for c in calls)
-    degraded = [t for t, replicas, _ in kill["info"] if t >= 0 and isinstance(replicas, list)
-                and any(running < target for _, running, target in replicas)]
-    whole = [t for t, replicas, _ in kill["info"] if degraded and t > degraded[0] and isinstance(replicas, list)
-             and all(running == target for _, running, target in replicas)]
-    return dict(codes), (whole[0] if whole else None), [c[3] for c in calls if c[1] != "OK"]
+    return dict(codes), recovered_after(kill), [c[3] for c in calls if c[1] != "OK"]
 
 
 def test_a_killed_replica_of_a_replicated_shard_leaves_every_answer_whole(results):

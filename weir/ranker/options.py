@@ -87,9 +87,9 @@ class LTROptions(RerankerOptions):
             check_risk(self.risk)
 
 
-def check_risk(risk, what: str = "ltr_risk") -> float:
-    """``risk`` (the weight of an LTR model's members' spread) as a float at least 0 and finite, or an
-    :class:`InputError` saying what is wrong."""
+def check_risk(risk, what: str = "ltr_risk", members: int | None = None) -> float:
+    """``risk`` (the weight of an LTR model's members' spread) as a float at least 0 and finite, and not above 0 for
+    a model of ``members`` 1 (one member has no spread), or an :class:`InputError` saying what is wrong."""
     try:
         value = float(risk)
     except (TypeError, ValueError):
@@ -97,6 +97,9 @@ def check_risk(risk, what: str = "ltr_risk") -> float:
     if not math.isfinite(value) or value < 0:
         raise InputError(f"{what} must be finite and at least 0 (got {risk!r}): the weight of the LTR members' "
                          f"spread subtracted from their mean score")
+    if value and members == 1:
+        raise InputError(f"{what} {value}: a model of one member has no spread to weigh, that needs several members "
+                         f"(name one, `--ltr-model ltr-members`, or train one, `weir train ltr --set members=N`)")
     return value
 
 

@@ -159,22 +159,23 @@ class Admission:
             return
         wait, own = expected
         self.metrics.expected_wait.set(wait)
-        margin = 1 + self.limits.admit_sigmas * self.costs.spread(key)
+        margin = ""
         if remaining is None:
             needed, budget, what = wait, self.limits.default_budget_ms / 1000, "the budget of a call without a deadline"
         else:
-            needed, budget, what = (wait + own) * margin, remaining, "its deadline"
+            slack = self.limits.admit_sigmas * self.costs.spread(key)  # the margin, a share of the time needed
+            needed, budget, what = (wait + own) * (1 + slack), remaining, "its deadline"
+            margin = ", with a margin for the spread of its batches" if slack else ""
             earliest = self.batcher.earliest_deadline(key)
             if earliest is not None and earliest - time.monotonic() < budget:
                 budget, what = earliest - time.monotonic(), "the deadline of a query waiting for the same batch"
         if needed <= budget:
             return
         reason = "deadline" if remaining is not None else "budget"
-        spread = ", with a margin for the spread of its batches" if margin > 1 and remaining is not None else ""
         self.metrics.rejected.labels(reason).inc()
         raise Failure(grpc.StatusCode.RESOURCE_EXHAUSTED,
                       f"the server would answer in about {needed * 1000:.0f} ms ({wait * 1000:.0f} ms waiting for "
-                      f"work ahead of it{spread}), after {what} ({budget * 1000:.0f} ms); retry later",
+                      f"work ahead of it{margin}), after {what} ({budget * 1000:.0f} ms); retry later",
                       pushback_ms=max(1, round(max(needed - budget, own) * 1000)), reason=reason)
 
     def close(self) -> None:

@@ -109,7 +109,8 @@ class LTRModel:
         self.init_from = init_from  # boosting started from this feature, standardized per query
         # 0: cross-validation found no trees better than the init feature alone, which is then the model
         self.rounds = rounds
-        self.risk = check_risk(risk, "the model's risk")  # the spread's weight it ranks by (chosen in training)
+        # the spread's weight it ranks by (chosen in training)
+        self.risk = check_risk(risk, "the model's risk", members=len(self.boosters))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LTRModel:
@@ -135,13 +136,11 @@ class LTRModel:
             raise InputError(f"{path}: init_from {meta['init_from']!r} is not one of its features")
         if meta.get("rounds") == 0 and not meta.get("init_from"):
             raise InputError(f"{path}: a model of 0 rounds needs the init_from feature it stands for")
-        if meta.get("risk") and members == 1:
-            raise InputError(f"{path}: a risk of {meta['risk']} needs several members to have a spread")
         try:
-            risk = check_risk(meta.get("risk", 0.0), "its risk")
+            return cls(boosters, features, card, init_from=meta.get("init_from"), rounds=meta.get("rounds"),
+                       risk=meta.get("risk", 0.0))
         except InputError as e:
             raise InputError(f"{path}: features.json: {e}") from None
-        return cls(boosters, features, card, init_from=meta.get("init_from"), rounds=meta.get("rounds"), risk=risk)
 
     def save(self, path: str | os.PathLike) -> None:
         path = Path(path)
@@ -231,11 +230,10 @@ class LTRReranker(Reranker):
 
         self.model_path = Path(model) if model else shipped_model("ltr")
         self.model = LTRModel.load(self.model_path)
-        self.risk = self.model.risk if risk is None else check_risk(risk)
-        if self.risk and len(self.model.boosters) == 1:
-            raise InputError(f"ltr_risk {self.risk}: the LTR model {self.model_path} has one member, no spread to "
-                             f"weigh; name one of several (`--ltr-model ltr-members`) or train one (`weir train ltr "
-                             f"--set members=N`)")
+        try:
+            self.risk = self.model.risk if risk is None else check_risk(risk, members=len(self.model.boosters))
+        except InputError as e:
+            raise InputError(f"{e} ({self.model_path})") from None
         self.extractor = FeatureExtractor(index, device=device, backend=backend)
         self.cols = self.model.columns(self.extractor.names)
         self.depth = depth

@@ -53,9 +53,7 @@ class TrainConfig:
         if self.rounds is None:
             self.rounds = 300 if self.rounds_by == "cv" else 1000
         if self.risk is not None:
-            self.risk = check_risk(self.risk, "risk")
-            if self.risk and self.members < 2:
-                raise InputError(f"risk={self.risk} weighs the spread of several members: set members=N (N >= 2)")
+            self.risk = check_risk(self.risk, "risk", members=self.members)
         if not 0 < self.member_queries <= 1:
             raise InputError(f"member_queries is a share of the training queries, in (0, 1] (got "
                              f"{self.member_queries})")

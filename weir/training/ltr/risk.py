@@ -24,6 +24,11 @@ from weir.training.ltr.examples import Examples
 RISK_GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # the spread's weights tried; 0 is the members' mean
 
 
+def candidate_order(groups: Sequence[int]) -> np.ndarray:
+    """Scores that rank each query's rows (grouped by ``groups``) in the order they came: the first stage's."""
+    return -np.concatenate([np.arange(n, dtype=np.float64) for n in groups])
+
+
 def out_of_fold(data: Sequence[Examples], fits: Sequence[tuple[int, object, list[tuple[int, set[str]]]]],
                 members: int, rounds: int) -> list[np.ndarray]:
     """Per training set, every member's score of every row at ``rounds`` rounds by the booster of the inner fold that
@@ -50,8 +55,7 @@ def choose_risk(data: Sequence[Examples], pools: Sequence[set[str]], oof: Sequen
             continue
         X, y = ex.X[rows], ex.y[rows]
         base = base_scores(X, groups, init_col)
-        first = -np.concatenate([np.arange(n, dtype=np.float64) for n in groups])  # the candidates' own order
-        before = ndcg_at_10_per_query(first, y, groups)
+        before = ndcg_at_10_per_query(candidate_order(groups), y, groups)
         for r, (risks, ndcgs) in per_risk.items():
             ranked, _ = risk_adjusted(scores[:, rows], r)
             after = ndcg_at_10_per_query(ranked if base is None else ranked + base, y, groups)

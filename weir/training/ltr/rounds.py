@@ -13,6 +13,11 @@ from weir.training.ltr.examples import Examples
 from weir.core.types import InputError
 
 
+def training_pools(data: list[Examples], main_keep: set[str]) -> list[set[str]]:
+    """Each training set's queries trained on: the first set's ``main_keep``, every query of the others."""
+    return [set(main_keep)] + [set(ex.qids) for ex in data[1:]]
+
+
 def inner_keeps(data: list[Examples], main_keep: set[str], config: TrainConfig, seed: int | None = None):
     """The queries of each inner fold of :func:`rounds_by_cv`, as (training, validation) pairs of (set, query ids)
     lists.
@@ -23,7 +28,7 @@ def inner_keeps(data: list[Examples], main_keep: set[str], config: TrainConfig, 
     ``"sets"``: leave one set out, one fold per training set; fold k trains on every other set and validates on set k
     alone, so the rounds chosen are those that carry over to a collection the trees never saw (what a shipped model
     meets), not to more queries of the collections they fit."""
-    pools = [set(main_keep)] + [set(ex.qids) for ex in data[1:]]
+    pools = training_pools(data, main_keep)
     if config.inner_by == "sets":
         if len(data) < 3:
             raise InputError(f"--inner-by sets holds out one training set at a time and needs at least 3 sets "

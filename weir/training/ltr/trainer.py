@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from weir.ranker.rerankers.ltr import LTRModel, base_scores, member_predictions, query_groups, risk_adjusted
+from weir.ranker.rerankers.ltr import LTRModel, per_query
 from weir.ranker.rerankers.ltr_features import FEATURES
 from weir.ranker.stage import apply_scores
 from weir.evaluation.folds import split
@@ -26,7 +26,7 @@ from weir.training.ltr.config import (
 )
 from weir.training.ltr.examples import Examples, load_examples
 from weir.training.ltr.risk import choose_risk, out_of_fold
-from weir.training.ltr.rounds import rounds_by_cv
+from weir.training.ltr.rounds import rounds_by_cv, training_pools
 from weir.core.provenance import model_card, sha256_file
 from weir.core.trec import read_qrels
 from weir.core.types import InputError, Run
@@ -44,7 +44,7 @@ def fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, featu
             raise InputError(f"unknown rounds rule {config.rounds_rule!r}; known: {', '.join(ROUNDS_RULES)}")
         inner_fits: list = []
         rounds, inner, detail = rounds_by_cv(data, main_keep, config, features, inner_fits)
-        pools = [set(main_keep)] + [set(ex.qids) for ex in data[1:]]
+        pools = training_pools(data, main_keep)
         fits = [fit([ex.select(member_sample(config, seed, j, pool)) for j, (ex, pool) in enumerate(zip(data, pools))],
                     [], features, params=booster_params(config, features), rounds=max(rounds, 1), seed=seed,
                     init_col=init_column(config, features)) for seed in (seeds if rounds else seeds[:1])]
@@ -79,28 +79,22 @@ def _risk(data: list[Examples], main_keep: set[str], config: TrainConfig, featur
     alone: no spread, risk 0): ``config.risk`` when set, else chosen out of fold; and the choice's record."""
     if not rounds or config.risk is not None:
         return (config.risk or 0.0) if rounds else 0.0, None
-    pools = [set(main_keep)] + [set(ex.qids) for ex in data[1:]]
     oof = out_of_fold(data, inner_fits, config.members, rounds)
-    return choose_risk(data, pools, oof, init_column(config, features), config.risk_alpha)
+    return choose_risk(data, training_pools(data, main_keep), oof, init_column(config, features), config.risk_alpha)
 
 
 def score_boosters(boosters, ex: Examples, keep: set[str], init_col: int | None = None, *,
                    rounds: int | None = None, risk: float = 0.0) -> dict[str, list[float]]:
     """The scores of the candidates of the queries in ``keep``, per query in candidate order: the members' mean
     prediction (minus ``risk`` times their spread) plus the init feature standardized per query (``init_col``);
-    ``rounds=0``: that feature alone."""
+    ``rounds=0``: that feature alone (:meth:`LTRModel.predict` of these boosters)."""
     rows = [i for i, q in enumerate(ex.qids) if q in keep]
-    if rounds == 0:  # the init feature alone
-        preds = np.zeros(len(rows))
-    else:
-        preds = risk_adjusted(member_predictions(boosters, ex.X[rows]), risk)[0] if rows else []
-    base = base_scores(ex.X[rows], query_groups([ex.qids[i] for i in rows]), init_col) if rows else None
-    if base is not None:
-        preds = preds + base
-    out: dict[str, list[float]] = {}
-    for i, s in zip(rows, preds):
-        out.setdefault(ex.qids[i], []).append(float(s))
-    return out
+    if not rows:
+        return {}
+    model = LTRModel(boosters, FEATURES, init_from=None if init_col is None else FEATURES[init_col], rounds=rounds,
+                     risk=risk)
+    qids = [ex.qids[i] for i in rows]
+    return per_query(qids, model.predict(ex.X[rows], qids))
 
 
 def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
