@@ -18,11 +18,13 @@ Subcommands (the files live under ``$WEIR_CACHE/scale/<name>``, never in the rep
   of the pruned search checked against the exhaustive scorer (ids and score bits), and its top 10 against Lucene's.
 
 - ``query --impact``: the same over DeepImpact-like impacts on the same postings (no Lucene index of them);
+- ``query --pisa block_max_maxscore,...``: PISA's BM25 over the same postings takes its turn too (``bench/_pisa.py``,
+  a bench-only extra);
 - ``threads``: queries a second through ``BM25.retrieve``, one thread against two;
 - ``serve``: ``weir serve`` over the index, one gRPC call, the server's memory, one caller against two.
 
 Usage: python bench/scale.py generate|build|query|threads|serve --docs 1000000 [--k 10,1000] [--queries 1000]
-       [--impact] [--no-lucene] [--seconds 20]
+       [--impact] [--no-lucene] [--pisa ALGORITHMS] [--seconds 20]
 
 Measured on a 2-core machine without bf16 (AMD EPYC, 24 GiB), 2026-12-06, main at the commit that wrote this table:
 the 1,043 queries' first 1,000 (DL 2019's 43, then generated), one thread, engines taking turns query by query,
@@ -261,6 +263,11 @@ def query(args) -> None:
         print(f"{args.docs:,} passages, {len(topics)} queries, index opened and block maxima derived in {opened:.1f} s")
     engines.update({"weir": lambda w, k: engine.top(w, k, exhaustive=False),
                     "weir exhaustive": lambda w, k: engine.top(w, k, exhaustive=True)})
+    for algorithm in args.pisa if not args.impact else ():
+        from _pisa import Pisa
+
+        pisa = Pisa(engine.postings, Index(out / "index").component_path("bm25"), out / "pisa", algorithm=algorithm)
+        engines[f"PISA {algorithm}"] = lambda w, k, pisa=pisa: pisa.search(w, k)
     if not args.no_lucene and not args.impact:
         from weir.ranker.retrievers.lucene import LuceneBM25Searcher
 
@@ -281,6 +288,10 @@ def query(args) -> None:
             same = sum([d for d, _ in ref[:10]] == engine.docids_of(a[0][:10])
                        for a, ref in zip(answers["weir"], answers["Lucene"]))
             line.append(f"top 10 = Lucene's on {same}/{len(weights)}")
+        for name in (n for n in answers if n.startswith("PISA")):  # its own mean length and tie order
+            shared = [len({d for d, _ in ref[:10]} & set(engine.docids_of(a[0][:10]))) / max(1, len(ref[:10]))
+                      for a, ref in zip(answers["weir"], answers[name])]
+            line.append(f"{name}'s top 10 shares {statistics.mean(shared):.1%} of weir's")
         print("; ".join(line))
         for name, values in times.items():
             print(f"  {name:16s} median {statistics.median(values):7.2f} ms  p99 {percentile(values, 99):7.2f} ms")
@@ -367,6 +378,8 @@ def main() -> None:
     ap.add_argument("--components", default="bm25")
     ap.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")], default=[10, 1000])
     ap.add_argument("--no-lucene", action="store_true")
+    ap.add_argument("--pisa", type=lambda s: s.split(","), default=[],
+                    help="query: PISA's algorithms to time beside (e.g. block_max_maxscore,maxscore; bench/_pisa.py)")
     ap.add_argument("--impact", action="store_true", help="query: DeepImpact-like impacts over the same postings")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=20.0)

@@ -249,7 +249,8 @@ class InvertedIndex:
         """The kernel's view of a query: per known term its postings, its blocks and its weight; None when no query
         term is in the index."""
         offsets = self.postings.offsets
-        first_block = self.scores.blocks.first_block
+        blocks = self.scores.blocks
+        first_block = blocks.first_block
         terms, kernel_weights = [], []
         for weight, t in zip(weights.values(), self._term_numbers(weights)):
             if t >= 0 and offsets[t] < offsets[t + 1]:
@@ -259,7 +260,7 @@ class InvertedIndex:
             return None
         ts = np.array(terms, dtype=np.int64)
         return (offsets[ts], offsets[ts + 1], first_block[ts], first_block[ts + 1],
-                np.array(kernel_weights, dtype=np.float32))
+                np.array(kernel_weights, dtype=np.float32), blocks.term_key[ts])
 
     def _term_numbers(self, weights: Mapping[str, float]) -> np.ndarray:
         """Each query term's number in the postings (-1: not in the index), its weight checked."""
