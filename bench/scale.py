@@ -26,47 +26,44 @@ Subcommands (the files live under ``$WEIR_CACHE/scale/<name>``, never in the rep
 Usage: python bench/scale.py generate|build|query|threads|serve --docs 1000000 [--k 10,1000] [--queries 1000]
        [--impact] [--no-lucene] [--pisa ALGORITHMS] [--seconds 20]
 
-Measured on a 2-core machine without bf16 (AMD EPYC, 24 GiB), 2026-12-06, main at the commit that wrote this table:
+Measured on a 2-core Intel Xeon with AMX (24 GiB), 2026-12-07 (stop 60), main at the commit that wrote this table:
 the 1,043 queries' first 1,000 (DL 2019's 43, then generated), one thread, engines taking turns query by query,
-medians (p99) in ms. Every answer of the pruned search equal to the exhaustive scorer's (ids and score bits) at both k,
-every top 10 equal to Lucene's. "opened": the process's anonymous memory after opening the BM25 component, imports
-and JVM included, and the seconds to open it (warm page cache).
+medians (p99) in ms; ``query --docs N --k 10,1000 --pisa maxscore,block_max_maxscore``. Every answer of the pruned
+search equal to the exhaustive scorer's (ids and score bits) at both k, every top 10 equal to Lucene's. "opened": the
+process's anonymous memory after opening the BM25 component and one search (block maxima derived), imports and JVM
+included, and the seconds to that (warm page cache). PISA: ``maxscore`` / ``block_max_maxscore`` over the same
+postings (``bench/_pisa.py``: block_simdbp codes, block maxima of 64; its Python wrapper makes a string of each hit's
+id, which weir's engine does not), its top 10 sharing 95.5% (8.8M) to 96.8% (1M) of weir's: its mean length is its own.
 
-| passages (postings) | k=10 pruned | exhaustive | Lucene | k=1000 pruned | exhaustive | Lucene | opened |
-|---|---:|---:|---:|---:|---:|---:|---:|
-| 100k (3.9M) | 0.34 (1.23) | 0.30 (1.01) | 1.11 (9.19) | 0.95 (2.93) | 0.48 (1.79) | 10.37 (21.75) | 100 MiB, 0.8 s |
-| 1M (38M) | 1.77 (8.48) | 2.89 (24.16) | 2.44 (11.30) | 4.83 (16.03) | 2.88 (12.31) | 14.95 (29.23) | 134 MiB, 0.9 s |
-| 8.8M (336M) | 8.71 (51.43) | 31.70 (297.38) | 8.57 (62.14) | 22.07 (87.63) | 31.89 (266.73) | 28.00 (81.73) | 385 MiB, 3.0 s |
+| passages (postings) | k=10 weir | exhaustive | Lucene | PISA | k=1000 weir | exhaustive | Lucene | PISA | opened |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| 100k (3.9M) | 0.18 (0.44) | 0.18 | 0.74 | 0.10 / 0.08 | 0.56 (1.30) | 0.27 | 6.09 | 0.56 / 0.47 | |
+| 1M (38M) | 0.64 (2.81) | 2.00 | 1.47 | 0.52 / 0.48 | 2.27 (5.72) | 2.16 | 9.26 | 1.68 / 1.65 | 185 MiB, 1.1 s |
+| 8.8M (336M) | 3.62 (17.25) | 31.77 | 6.51 | 5.53 / 6.29 | 8.44 (28.54) | 31.92 | 19.20 | 9.32 / 9.90 | 565 MiB, 3.2 s |
 
-DeepImpact-like impacts (``--impact``): 1M k=10 1.87 against the exhaustive 3.33, k=1000 2.97 against 3.54; 8.8M
-k=10 10.69 against 53.19 (5.0x), k=1000 31.33 against 49.19. Builds (``build``, BM25 only, wall time, largest
-process's peak RSS in GiB): 100k 33 s, 1.1; 1M 235 s, 2.7; 8.8M 2,062 s, 13.9. With the export's merge
-without a sort over every posting (84c0dd6): 1M 2.37 (its export 77 s); 8.8M, on an Intel Xeon with AMX (generated in
-163 s), 1,098 s and 11.4 GiB (12.2 GB), its steps (``weir index build`` prints them): Lucene 636 s, 4.0 GiB; the
-postings export 269 s, 11.4 GiB, nearly all of it anonymous (the export alone: 273 s, 10.7 GiB anonymous, the JVM's
-heap included); the document store 183 s, 6.9 GiB. With the merge placing 4M postings at a time (daee044; the export
-alone: 5.8 GiB anonymous) the same build, on the same machine later and slower in every step: 1,440 s, peak 9.4 GiB
-(``ru_maxrss``); Lucene 766 s, 6.0 GiB (3.9 anonymous); the export 369 s, 9.0 GiB (8.8 anonymous: the JVM's heap
-from indexing is still held); the document store 292 s, 9.4 GiB (7.1 anonymous). ``threads`` at 8.8M (400 queries,
-micro-batches of 8): k=10 76 -> 151 queries/s with a second thread (1.99x), k=1000 37 -> 68 (1.86x). ``serve`` at
-8.8M: SERVING after 9-11 s (``--no-verify``), RSS 3.3 GiB of which 1.5 GiB anonymous (JVM and Python included),
-1.8 GiB the mapped postings; closed-loop callers from client processes on the same 2 cores: one 50-51 OK/s (p50
-15-17 ms), two 58-64 OK/s (the callers' processes take the cores the second batch worker would use).
+At 8.8M: 8.8x the exhaustive scorer at k=10 and 3.8x at k=1000, 1.8x and 2.3x Lucene; against PISA over the same
+postings 1.5x at k=10 and 1.1x at k=1000 (its codes are compressed, weir's arrays are not). 8.8M / 1M at k=10: 5.7
+(Lucene 4.4, PISA 10.6, the exhaustive scorer 15.9). k=100 over 1M: weir 1.03 ms, exhaustive 2.02, Lucene 2.38, PISA
+0.75 / 0.80; pruned = exhaustive on 1,000/1,000. Weir against the exhaustive scorer alone (``--no-lucene``): 3.61 and
+8.32 ms, the exhaustive 25.17 and 26.33 (7.0x and 3.2x). DeepImpact-like impacts (``--impact``): 1M k=10 1.13 against the exhaustive
+2.74, k=1000 2.24 against 2.88; 8.8M k=10 7.22 against 41.24 (5.7x), k=1000 14.34 against 40.77 (2.8x). ``threads``
+at 8.8M (400 queries, micro-batches of 8, medians of 3 rounds): k=10 265 -> 529 queries/s with a second thread
+(1.99x), k=1000 108 -> 214 (1.98x). ``serve`` at 8.8M: SERVING after 7.7 s (``--no-verify``), RSS 3.5 GiB of which
+1.7 GiB anonymous (JVM and Python included); closed-loop callers from client processes on the same 2 cores: one 132
+OK/s (p50 6.5 ms), two 165 (the callers' processes take the cores the second batch worker would use).
 
-Where the pruned search's time goes at 8.8M, k=10 (median query): 941k postings in its terms' lists, 85k scored as
-essential, 49k lookups into non-essential lists, 1,080 windows; lookups are about 40% of the time at k=10 and 55% at
-k=1000. Tried against the kept kernel in one process, query by query, and not kept: a block-max check before each
-lookup (10% fewer lookups; k=10 10.18 against 8.81 ms, k=1000 24.28 against 24.51), bisection within a block
-together with a restructured candidate loop (14.7-17.4 ms against 8.8-10.8; the bisection alone was not isolated),
-a starting k-th score from each term's k-th largest block maximum (no change), a per-posting norms array (about 10%
-faster, 9.0 against 8.05 ms, for a file of one byte a posting), windows of 4k to 32k documents (8k-32k best). Repeated
-runs of the kept kernel at k=10 gave 8.7-10.8 ms (some of them in the harness without Lucene). Even the final k-th score given at the start
-would save only 12% (k=10) and 27% (k=1000): the bounds limit the pruning, not how fast the k-th score rises.
-
-k=100 over the 1M index (stop 56, an Intel Xeon with AMX, regenerated and rebuilt: 146 s, peak 2.24 GB; ``query --docs
-1000000 --k 100``): every answer of the pruned search equal to the exhaustive scorer's on 1,000/1,000 queries, every
-top 10 equal to Lucene's; pruned 2.76 (12.56), exhaustive 2.21 (19.24), Lucene 3.47 (10.57). With ``--impact --k
-10,100,1000``: pruned = exhaustive on 1,000/1,000 at each k; pruned 1.79 / 3.36 / 2.49, exhaustive 3.31 / 3.37 / 3.36.
+The kernel (``weir/ranker/retrievers/maxscore.py``), block-max MaxScore document at a time, replaced MaxScore over
+windows of 8,192 doc numbers (stop 55: essential terms added term at a time into a window accumulator, lookups
+bounded by the window's block maxima, blocks of 128). That kernel's table, on an AMD EPYC without bf16, 2026-12-06:
+k=10 0.34 / 1.77 / 8.71 ms at 100k / 1M / 8.8M, k=1000 0.95 / 4.83 / 22.07; exhaustive at 8.8M 31.70 and 31.89,
+Lucene 8.57 and 28.00; impacts at 8.8M 10.69 and 31.33. Side by side in one process on this machine (the kernels
+alone, their queries prepared, 8.8M; first 500 or 600 queries): the windows 7.86 ms at k=10 and 22.17 at k=1000;
+document at a time with term maxima only 5.14 and 15.30 (blocks of 32); with the block-max check before each lookup,
+blocks of 32, 16, 8: 5.27, 4.91, 4.85 at k=10 (64: 5.57); with every helper called per document taking arrays rather
+than the index and query tuples: 2.58 at k=10 and 7.16 at k=1000 (numba passes each array of a tuple it is given at
+every call: a lookup cost twice what it computes). Not kept: skipping an essential posting's score when the block
+maxima of the essential terms at the document cannot bring it in (1M, k=10: 1.02 against 0.97 ms), and the lookups
+done term by term over a window's sorted candidates rather than document by document (1M: no change).
 
 Through the default policy (:func:`weir.ranker.retrievers.inverted.prunes`) a deep top k over a collection under 3M
 documents is answered by the exhaustive scorer, which is faster there.
@@ -87,7 +84,9 @@ from the corpus stream. Both were read into a list of every document before bein
 store's step peaked at 7.1 GiB anonymous); they are now written as read: the 1M build at 6ae1f42 and after, one
 after the other on the same machine, the document store step 22.9 s and 1,900 MiB anonymous against 20.1 s and
 1,669 MiB, the whole build 126.6 s against 118.4 s, every document's title and text the same by id (Lucene's doc
-numbers differ from build to build: its indexing threads). Not measured at 8.8M (its corpus is not on this machine).
+numbers differ from build to build: its indexing threads). At 8.8M (stop 60, generated in 151 s): 1,050 s, the
+largest process's peak RSS 6.46 GB (was 9.4 GiB); its steps: Lucene 621 s, 4.0 GiB; the postings export 251 s,
+6.5 GiB (6.3 anonymous); the document store 169 s, 3.2 GiB (894 MiB anonymous, was 7.1 GiB).
 """
 
 from __future__ import annotations

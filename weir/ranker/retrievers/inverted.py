@@ -163,10 +163,10 @@ DEEP_K = 100
 
 def prunes(documents: int, k: int) -> bool:
     """Whether the pruned search answers a top ``k`` over ``documents`` by default. Measured by bench/scale.py (one
-    thread, medians of 1,000 queries): at k=10 pruning wins from 1M documents (1.8 ms against 2.9) and ties at 100k; at
-    k=1000 the exhaustive scorer wins at 100k (0.48 ms against 0.95) and 1M (2.9 against 4.8), pruning at 8.8M (22
-    against 32): with a low k-th score nearly every posting is scored either way, and the exhaustive scorer's numpy
-    passes cost less per posting while the collection is small."""
+    thread, medians of 1,000 queries): at k=10 pruning wins from 1M documents (0.64 ms against 2.00) and ties at 100k;
+    at k=1000 the exhaustive scorer wins at 100k (0.27 ms against 0.56) and 1M (2.16 against 2.27), pruning at 8.8M
+    (8.4 against 31.9): with a low k-th score nearly every posting is scored either way, and the exhaustive scorer's
+    numpy passes cost less per posting while the collection is small."""
     return k <= DEEP_K or documents >= PRUNED_FROM_DOCS
 
 
