@@ -65,6 +65,13 @@ every call: a lookup cost twice what it computes). Not kept: skipping an essenti
 maxima of the essential terms at the document cannot bring it in (1M, k=10: 1.02 against 0.97 ms), and the lookups
 done term by term over a window's sorted candidates rather than document by document (1M: no change).
 
+Then a lookup's blocks found by galloping and bisection instead of one by one (the kernels alone, side by side:
+8.8M k=10 2.63 ms against 2.76, k=1000 7.58 against 7.82; 1M k=10 0.425 against 0.468). The table's command run
+again with it: 8.8M k=10 4.08 / 30.74 / 6.50 / 5.74 and 6.44, k=1000 8.67 / 32.47 / 19.74 / 9.66 and 10.19; 1M k=10
+0.67 / 1.98 / 1.49 / 0.58 and 0.48, k=100 1.07, k=1000 2.41 / 2.33 / 9.34 / 1.80 and 1.73; every answer exact as
+above. Every engine's median moved 2-13% between the two runs (PISA and Lucene too): whole runs of the table are
+that noisy here, which is why kernels are compared side by side in one process.
+
 Through the default policy (:func:`weir.ranker.retrievers.inverted.prunes`) a deep top k over a collection under 3M
 documents is answered by the exhaustive scorer, which is faster there.
 

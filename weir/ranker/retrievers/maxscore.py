@@ -174,6 +174,27 @@ def _past(block_key, kind, weight, b, end, rest, threshold):
 
 
 @numba.njit(nogil=True, cache=True)
+def _first_block_reaching(block_last, b, end, doc):
+    """The first of blocks ``b:end`` whose last doc is at least ``doc`` (``end``: none), by galloping from ``b``, then
+    bisecting: a lookup often lands many blocks further on (8.8M passages, k=10: 2.63 ms against 2.76 block by
+    block)."""
+    if b >= end or block_last[b] >= doc:
+        return b
+    step = 1
+    while b + step < end and block_last[b + step] < doc:  # block_last[b] < doc holds
+        b += step
+        step *= 2
+    low, high = b + 1, min(b + step, end)
+    while low < high:
+        middle = (low + high) // 2
+        if block_last[middle] < doc:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+@numba.njit(nogil=True, cache=True)
 def _term_order(docs, starts, kind, weights, term_keys, max_doc):
     """The terms by their largest score, least first, the running sums of those scores (``prefix[j]``: the largest
     score a document can get from terms ``order[:j]``) and the first document any term has."""
@@ -227,10 +248,7 @@ def top_k(index, query, kind, id_rank, k, max_doc):
         while j > 0 and np.float32(score + prefix[j]) >= threshold:
             j -= 1
             i = order[j]
-            b = block[i]
-            while b < block_ends[i] and block_last[b] < doc:
-                b += 1
-            block[i] = b
+            block[i] = b = _first_block_reaching(block_last, block[i], block_ends[i], doc)
             if b == block_ends[i]:  # no posting of the term left: it adds nothing
                 continue
             if np.float32(score + _score(kind, weights[i], block_key[b]) + prefix[j]) < threshold:
