@@ -101,6 +101,47 @@ def test_impact_index_and_scores_follow_the_formulas(learned_tiny):
         assert got == {d: float(s) for d, s in want.items() if s > 0}
 
 
+@pytest.mark.parametrize("component", ["deepct", "deepimpact"])
+def test_postings_written_from_the_weighted_stream_are_what_lucene_holds(learned_tiny, component):
+    """The learned components' arrays, written from the stream Lucene indexed, equal what the export reads back from
+    Lucene (terms, offsets, docs, freqs, norms, statistics), and the manifest says where they came from."""
+    from weir.indexer.postings import export, open_postings
+
+    _, _, index = learned_tiny
+    stored, lucene = open_postings(index / component), export(index / component, progress=False)
+    assert stored.terms == lucene.terms and list(stored.docids) == list(lucene.docids)
+    for name in ("offsets", "docs", "freqs", "norms"):
+        mine, theirs = getattr(stored, name), getattr(lucene, name)
+        assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs), name
+    assert (stored.max_doc, stored.doc_count, stored.sum_total_term_freq, stored.num_docs) == \
+        (lucene.max_doc, lucene.doc_count, lucene.sum_total_term_freq, lucene.num_docs)
+    entry = json.loads((index / "manifest.json").read_text())["components"][component]["postings_arrays"]
+    assert entry["from"].startswith("the weighted term stream") and entry["postings"] == len(lucene.docs)
+
+
+def test_streamed_postings_that_are_not_lucenes_are_refused(learned_tiny, tmp_path):
+    """A stream that is not what Lucene indexed (a frequency changed) is refused by Lucene's statistics."""
+    import shutil
+
+    from weir.indexer.postings import export
+    from weir.indexer.weighting.postings import write_streamed_postings
+
+    _, _, index = learned_tiny
+    copy = tmp_path / "deepct"
+    shutil.copytree(index / "deepct", copy)
+    lucene = export(copy, progress=False)
+    documents = []
+    for d, doc in enumerate(lucene.docids):
+        held = [t for t in range(len(lucene.terms)) if d in lucene.docs[lucene.offsets[t]:lucene.offsets[t + 1]]]
+        freqs = [int(lucene.freqs[lucene.offsets[t]:lucene.offsets[t + 1]][
+            list(lucene.docs[lucene.offsets[t]:lucene.offsets[t + 1]]).index(d)]) for t in held]
+        documents.append((doc, [lucene.terms[t] for t in held], np.array(freqs)))
+    assert write_streamed_postings(copy, documents)["postings"] == len(lucene.docs)  # the stream itself: accepted
+    documents[0][2][0] += 1
+    with pytest.raises(RuntimeError, match="not Lucene's"):
+        write_streamed_postings(copy, documents)
+
+
 def test_learned_pipelines_run(learned_tiny):
     from weir.indexer.index_dir import Index
     from weir.ranker import registry

@@ -146,8 +146,8 @@ BUILDERS = {"bm25": _build_bm25, "dense": _build_dense, "deepct": _build_deepct,
             "attention": _build_attention}
 COMPONENTS = tuple(BUILDERS)
 # what each component's directory gets once its builder is done, a step each
-AFTER = {"bm25": (("postings", _postings), ("documents", _documents_store)), "deepct": (("postings", _postings),),
-         "deepimpact": (("postings", _postings),)}
+# what is read back from a finished component (deepct and deepimpact write their postings from their own stream)
+AFTER = {"bm25": (("postings", _postings), ("documents", _documents_store))}
 
 
 def check_components(components) -> None:

@@ -156,10 +156,10 @@ class Postings:
         doc_freqs = _mapped(directory / "lucene_doc_freqs.npy") if meta.get("deleted_documents") else None
         return cls(meta["field"], terms, _mapped(directory / "offsets.npy"), _mapped(directory / "docs.npy"),
                    _mapped(directory / "freqs.npy"), norms, meta["max_doc"], meta["doc_count"],
-                   meta["sum_total_term_freq"], _docid_table(lucene_path), meta.get("num_docs"), doc_freqs)
+                   meta["sum_total_term_freq"], docid_table(lucene_path), meta.get("num_docs"), doc_freqs)
 
 
-def _docid_table(lucene_path: Path, reader=None) -> StringTable:
+def docid_table(lucene_path: Path, reader=None) -> StringTable:
     """The component's collection ids: its ``docids.txt`` memory-mapped, or (an index written by another tool) the
     stored ids read from Lucene."""
     table = Path(lucene_path) / DOCIDS
@@ -174,7 +174,7 @@ def _mapped(path: Path) -> np.ndarray:
     return np.asarray(np.load(path, mmap_mode="r"))
 
 
-def _smallest_unsigned(values: np.ndarray) -> np.ndarray:
+def smallest_unsigned(values: np.ndarray) -> np.ndarray:
     top = int(values.max()) if len(values) else 0
     for dtype in (np.uint8, np.uint16, np.uint32):
         if top <= np.iinfo(dtype).max:
@@ -308,7 +308,7 @@ def export(lucene_path: Path, field: str = FIELD, *, progress: bool = True) -> P
                 segments.read_postings(leaf, base, bar)
         doc_count, sum_ttf = int(multi.getDocCount()), int(multi.getSumTotalTermFreq())
         num_docs = int(reader.numDocs())
-        docids = _docid_table(Path(lucene_path), reader)
+        docids = docid_table(Path(lucene_path), reader)
     finally:
         reader.close()
     all_terms, dfs, lucene_df, docs, freqs = segments.merged()
@@ -316,7 +316,7 @@ def export(lucene_path: Path, field: str = FIELD, *, progress: bool = True) -> P
     if not docs.flags.owndata:  # one segment: the arrays are views of what was read; own them, free the rest
         docs, freqs = docs.copy(), freqs.copy()
     del segments
-    freqs = _smallest_unsigned(freqs)
+    freqs = smallest_unsigned(freqs)
     offsets = np.zeros(len(all_terms) + 1, dtype=np.int64)
     np.cumsum(dfs, out=offsets[1:])
     deleted = num_docs < max_doc
