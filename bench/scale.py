@@ -45,12 +45,12 @@ At 8.8M: 8.8x the exhaustive scorer at k=10 and 3.8x at k=1000, 1.8x and 2.3x Lu
 postings 1.5x at k=10 and 1.1x at k=1000 (its codes are compressed, weir's arrays are not). 8.8M / 1M at k=10: 5.7
 (Lucene 4.4, PISA 10.6, the exhaustive scorer 15.9). k=100 over 1M: weir 1.03 ms, exhaustive 2.02, Lucene 2.38, PISA
 0.75 / 0.80; pruned = exhaustive on 1,000/1,000. Weir against the exhaustive scorer alone (``--no-lucene``): 3.61 and
-8.32 ms, the exhaustive 25.17 and 26.33 (7.0x and 3.2x). DeepImpact-like impacts (``--impact``): 1M k=10 1.13 against the exhaustive
-2.74, k=1000 2.24 against 2.88; 8.8M k=10 7.22 against 41.24 (5.7x), k=1000 14.34 against 40.77 (2.8x). ``threads``
-at 8.8M (400 queries, micro-batches of 8, medians of 3 rounds): k=10 265 -> 529 queries/s with a second thread
-(1.99x), k=1000 108 -> 214 (1.98x). ``serve`` at 8.8M: SERVING after 7.7 s (``--no-verify``), RSS 3.5 GiB of which
-1.7 GiB anonymous (JVM and Python included); closed-loop callers from client processes on the same 2 cores: one 132
-OK/s (p50 6.5 ms), two 165 (the callers' processes take the cores the second batch worker would use).
+8.32 ms, the exhaustive 25.17 and 26.33 (7.0x and 3.2x). DeepImpact-like impacts (``--impact``): 1M k=10 1.13 against
+the exhaustive 2.74, k=1000 2.24 against 2.88; 8.8M k=10 7.22 against 41.24 (5.7x), k=1000 14.34 against 40.77 (2.8x).
+``threads`` at 8.8M (400 queries, micro-batches of 8, medians of 3 rounds): k=10 265 -> 529 queries/s with a second
+thread (1.99x), k=1000 108 -> 214 (1.98x). ``serve`` at 8.8M: SERVING after 7.7 s (``--no-verify``), RSS 3.5 GiB of
+which 1.7 GiB anonymous (JVM and Python included); closed-loop callers from client processes on the same 2 cores: one
+132 OK/s (p50 6.5 ms), two 165 (the callers' processes take the cores the second batch worker would use).
 
 The kernel (``weir/ranker/retrievers/maxscore.py``), block-max MaxScore document at a time, replaced MaxScore over
 windows of 8,192 doc numbers (stop 55: essential terms added term at a time into a window accumulator, lookups
@@ -58,10 +58,11 @@ bounded by the window's block maxima, blocks of 128). That kernel's table, on an
 k=10 0.34 / 1.77 / 8.71 ms at 100k / 1M / 8.8M, k=1000 0.95 / 4.83 / 22.07; exhaustive at 8.8M 31.70 and 31.89,
 Lucene 8.57 and 28.00; impacts at 8.8M 10.69 and 31.33. Side by side in one process on this machine (the kernels
 alone, their queries prepared, 8.8M; first 500 or 600 queries): the windows 7.86 ms at k=10 and 22.17 at k=1000;
-document at a time with term maxima only 5.14 and 15.30 (blocks of 32); with the block-max check before each lookup,
-blocks of 32, 16, 8: 5.27, 4.91, 4.85 at k=10 (64: 5.57); with every helper called per document taking arrays rather
-than the index and query tuples: 2.58 at k=10 and 7.16 at k=1000 (numba passes each array of a tuple it is given at
-every call: a lookup cost twice what it computes). Not kept: skipping an essential posting's score when the block
+document at a time with the block-max check before each lookup, blocks of 32, 5.14 and 15.30 (another run 5.27 at
+k=10); blocks of 16, 8 and 64: 4.91, 4.85, 5.57 at k=10 (at 1M, blocks of 128: without the check 1.18 ms, with it
+1.05, the windows 1.38); with every helper called per document taking arrays rather than the index and query tuples:
+2.58 at k=10 and 7.16 at k=1000 (numba passes each array of a tuple it is given at every call: a lookup cost twice
+what it computes). Not kept: skipping an essential posting's score when the block
 maxima of the essential terms at the document cannot bring it in (1M, k=10: 1.02 against 0.97 ms), and the lookups
 done term by term over a window's sorted candidates rather than document by document (1M: no change).
 
