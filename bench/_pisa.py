@@ -79,12 +79,11 @@ def write_collection(postings, component: Path, out: Path) -> None:
 
 
 class Pisa:
-    """PISA's BM25 (k1, b) over weir's postings of one component, by ``algorithm`` (``block_max_maxscore``,
-    ``maxscore``, ``block_max_wand``, ...); the index is built under ``folder`` once and reused."""
+    """PISA's BM25 (k1, b) over weir's postings of one component; the index is built under ``folder`` once and
+    reused, opened once for every algorithm."""
 
-    def __init__(self, postings, component: Path, folder: Path, *, k1: float = 0.9, b: float = 0.4,
-                 algorithm: str = "block_max_maxscore"):
-        self.pisathon, self.algorithm = _module(), algorithm
+    def __init__(self, postings, component: Path, folder: Path, *, k1: float = 0.9, b: float = 0.4):
+        self.pisathon = _module()
         if not (folder / "fwd.doclex").exists():
             start = time.perf_counter()
             write_collection(postings, component, folder)
@@ -97,11 +96,12 @@ class Pisa:
                                     bm25_k1=k1, bm25_b=b, stop_fname="")
         print(f"PISA's index ({ENCODING}, block-max data of {BLOCK}) ready in {time.perf_counter() - start:.1f} s")
 
-    def search(self, weights: dict[str, float], k: int) -> list[tuple[str, float]]:
-        """The top ``k`` (collection id, score) of one query given as {analyzed term: times in the query}."""
+    def search(self, weights: dict[str, float], k: int, algorithm: str) -> list[tuple[str, float]]:
+        """The top ``k`` (collection id, score) of one query given as {analyzed term: times in the query}, by
+        ``algorithm`` (``maxscore``, ``block_max_maxscore``, ``block_max_wand``, ...)."""
         docnos = np.empty(k, dtype=object)
         qidxs, ranks, scores = np.empty(k, np.int32), np.empty(k, np.int32), np.empty(k, np.float32)
-        size = self.pisathon.retrieve(self.context, self.algorithm, [(0, {t: float(w) for t, w in weights.items()})],
+        size = self.pisathon.retrieve(self.context, algorithm, [(0, {t: float(w) for t, w in weights.items()})],
                                       k=k, threads=1, pretokenised=True, query_weighted=1, result_qidxs=qidxs,
                                       result_docnos=docnos, result_ranks=ranks, result_scores=scores)
         return list(zip(docnos[:size].tolist(), scores[:size].tolist()))

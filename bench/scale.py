@@ -61,8 +61,8 @@ alone, their queries prepared, 8.8M; first 500 or 600 queries): the windows 7.86
 document at a time with the block-max check before each lookup, blocks of 32, 5.14 and 15.30 (another run 5.27 at
 k=10); blocks of 16, 8 and 64: 4.91, 4.85, 5.57 at k=10 (at 1M, blocks of 128: without the check 1.18 ms, with it
 1.05, the windows 1.38); with every helper called per document taking arrays rather than the index and query tuples:
-2.58 at k=10 and 7.16 at k=1000 (numba passes each array of a tuple it is given at every call: a lookup cost twice
-what it computes). Not kept: skipping an essential posting's score when the block
+2.58 at k=10 and 7.16 at k=1000 (a call given the tuples cost about what a lookup computes; why,
+within numba, was not examined). Not kept: skipping an essential posting's score when the block
 maxima of the essential terms at the document cannot bring it in (1M, k=10: 1.02 against 0.97 ms), and the lookups
 done term by term over a window's sorted candidates rather than document by document (1M: no change).
 
@@ -270,11 +270,12 @@ def query(args) -> None:
         print(f"{args.docs:,} passages, {len(topics)} queries, index opened and block maxima derived in {opened:.1f} s")
     engines.update({"weir": lambda w, k: engine.top(w, k, exhaustive=False),
                     "weir exhaustive": lambda w, k: engine.top(w, k, exhaustive=True)})
-    for algorithm in args.pisa if not args.impact else ():
+    if args.pisa and not args.impact:
         from _pisa import Pisa
 
-        pisa = Pisa(engine.postings, Index(out / "index").component_path("bm25"), out / "pisa", algorithm=algorithm)
-        engines[f"PISA {algorithm}"] = lambda w, k, pisa=pisa: pisa.search(w, k)
+        pisa = Pisa(engine.postings, Index(out / "index").component_path("bm25"), out / "pisa")
+        for algorithm in args.pisa:
+            engines[f"PISA {algorithm}"] = lambda w, k, algorithm=algorithm: pisa.search(w, k, algorithm)
     if not args.no_lucene and not args.impact:
         from weir.ranker.retrievers.lucene import LuceneBM25Searcher
 
@@ -386,7 +387,8 @@ def main() -> None:
     ap.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")], default=[10, 1000])
     ap.add_argument("--no-lucene", action="store_true")
     ap.add_argument("--pisa", type=lambda s: s.split(","), default=[],
-                    help="query: PISA's algorithms to time beside (e.g. block_max_maxscore,maxscore; bench/_pisa.py)")
+                    help="query, BM25 only: PISA's algorithms to time beside (e.g. block_max_maxscore,maxscore; "
+                    "bench/_pisa.py)")
     ap.add_argument("--impact", action="store_true", help="query: DeepImpact-like impacts over the same postings")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=20.0)

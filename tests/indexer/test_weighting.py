@@ -124,7 +124,7 @@ def test_streamed_postings_that_are_not_lucenes_are_refused(learned_tiny, tmp_pa
     import shutil
 
     from weir.indexer.postings import export
-    from weir.indexer.weighting.postings import write_streamed_postings
+    from weir.indexer.weighting.postings import StreamedPostings
 
     _, _, index = learned_tiny
     copy = tmp_path / "deepct"
@@ -136,10 +136,16 @@ def test_streamed_postings_that_are_not_lucenes_are_refused(learned_tiny, tmp_pa
         freqs = [int(lucene.freqs[lucene.offsets[t]:lucene.offsets[t + 1]][
             list(lucene.docs[lucene.offsets[t]:lucene.offsets[t + 1]]).index(d)]) for t in held]
         documents.append((doc, [lucene.terms[t] for t in held], np.array(freqs)))
-    assert write_streamed_postings(copy, documents)["postings"] == len(lucene.docs)  # the stream itself: accepted
+    def streamed(documents) -> StreamedPostings:
+        stream = StreamedPostings()
+        for document in documents:
+            stream.add(*document)
+        return stream
+
+    assert streamed(documents).write(copy)["postings"] == len(lucene.docs)  # the stream itself: accepted
     documents[0][2][0] += 1
     with pytest.raises(RuntimeError, match="not Lucene's"):
-        write_streamed_postings(copy, documents)
+        streamed(documents).write(copy)
 
 
 def test_learned_pipelines_run(learned_tiny):

@@ -31,7 +31,7 @@ import numpy as np
 
 from weir.indexer.inputs import BuildInputs, LearnedWeights, largest_impact
 from weir.indexer.lucene import index_pretokenized
-from weir.indexer.weighting.postings import write_streamed_postings
+from weir.indexer.weighting.postings import StreamedPostings
 from weir.indexer.weighting.terms import counts_query_terms
 from weir.core.runtime import shipped_model
 from weir.core.types import Document, InputError
@@ -105,19 +105,17 @@ def _weights(kind: str, documents: Iterable[Document], inputs: BuildInputs) -> L
 
 def build_deepct(documents: Iterable[Document], out: Path, inputs: BuildInputs) -> dict:
     docids, weights, model = _weights("deepct", documents, inputs)
-    postings = 0
+    stream = StreamedPostings()
 
     def contents():
-        nonlocal postings
         for d, (terms, w) in zip(docids, weights):
             tf = deepct_tf(w)
-            postings += int((tf >= 1).sum())
+            stream.add(d, terms, tf)
             yield d, pseudo_document(terms, tf)
 
     indexed, empty = index_pretokenized(out, contents(), [], inputs.threads)
-    arrays = write_streamed_postings(out, ((d, terms, deepct_tf(w)) for d, (terms, w) in zip(docids, weights)))
-    return {"type": "lucene-deepct", "documents": indexed, "documents_without_terms": empty, "postings": postings,
-            "postings_arrays": arrays,
+    return {"type": "lucene-deepct", "documents": indexed, "documents_without_terms": empty, "postings": len(stream),
+            "postings_arrays": stream.write(out),
             "model": model, "parameters": {"tf": f"round(w * {TF_SCALE}), tf < 1 dropped", "tf_scale": TF_SCALE,
                                            "analyzer": "whitespace (-pretokenized); terms from weir.indexer.weighting.terms",
                                            "search": model["search"], "docid_table": "docids.txt"}}
@@ -131,19 +129,17 @@ def build_deepimpact(documents: Iterable[Document], out: Path, inputs: BuildInpu
     else:
         max_impact, of = largest_impact(impacts), "index"
     scale = impact_scale(max_impact)
-    postings = 0
+    stream = StreamedPostings()
 
     def contents():
-        nonlocal postings
         for d, (terms, w) in zip(docids, impacts):
             q = quantize(w, scale)
-            postings += int((q >= 1).sum())
+            stream.add(d, terms, q)
             yield d, pseudo_document(terms, q)
 
     indexed, empty = index_pretokenized(out, contents(), ["-impact"], inputs.threads)
-    arrays = write_streamed_postings(out, ((d, terms, quantize(w, scale)) for d, (terms, w) in zip(docids, impacts)))
-    return {"type": "lucene-impact", "documents": indexed, "documents_without_terms": empty, "postings": postings,
-            "postings_arrays": arrays,
+    return {"type": "lucene-impact", "documents": indexed, "documents_without_terms": empty, "postings": len(stream),
+            "postings_arrays": stream.write(out),
             "model": model, "parameters": {
                 "quantization": {"bits": QUANT_BITS, "max_impact": max_impact, "scale": scale,
                                  "max_impact_of": of, "formula": "ceil(impact * 2**8 / max_impact); 0 dropped"},

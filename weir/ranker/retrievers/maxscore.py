@@ -26,9 +26,9 @@ double sum of its float term scores, as Lucene's disjunction sums them; a few fl
 order of the terms does not change it.
 
 It replaced MaxScore over windows of 8,192 doc numbers (the essential terms added term at a time into a window
-accumulator, blocks of 128): over 8.8M synthetic passages, one thread, 3.6 ms a query at k=10 and 8.4 at k=1000
-against 8.7 and 22.1, where Lucene takes 6.5 and 19.2 and PISA over the same postings 5.5 and 9.3 (``bench/scale.py``,
-whose docstring also has what each change gave).
+accumulator, blocks of 128): over 8.8M synthetic passages, one thread, 3.6 ms a query at k=10 and 8.4 at k=1000,
+where Lucene takes 6.5 and 19.2 and PISA over the same postings 5.5 and 9.3; the kernels alone, side by side, 2.6
+against 7.9 ms at k=10 (``bench/scale.py``, whose docstring also has what each change gave).
 
 Why by hand: no library runs MaxScore over Lucene's postings with Lucene's arithmetic; PISA and Lucene each score their
 own index through their own process or bridge. The kernel is compiled by numba (a wheel from PyPI, no toolchain on
@@ -40,7 +40,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-BLOCK_SIZE = 16  # postings per block of maxima (8.8M passages, k=10: 4.9 ms, 5.3 at 32, 5.6 at 64, 4.8 at 8)
+BLOCK_SIZE = 16  # postings per block of maxima: 8.8M passages, k=10, before the helpers took arrays: 4.9 ms, 5.1-5.3
+# at 32, 5.6 at 64, 4.8 at 8 (bench/scale.py's docstring)
 
 
 BM25, IMPACT = 0, 1  # the similarities the kernel scores with
@@ -87,9 +88,9 @@ def _block_maxima(offsets, docs, freqs, norms, cache, kind, first_block, last_do
 class BlockMaxima:
     """Per term its blocks (``first_block[t]:first_block[t + 1]``) and its largest key (``term_key``), per block its
     last doc number and its largest key (:func:`_key`), from which the block's largest score at any query weight
-    follows. One pass over the postings
-    (about a second per 300M postings), made when an engine is opened: BM25's keys depend on k1, b and the collection
-    statistics (a shard scores with its shard set's), so they are not stored with the index."""
+    follows. One pass over the postings (about a second per 300M postings), made when an engine is opened: BM25's
+    keys depend on k1, b and the collection statistics (a shard scores with its shard set's), so they are not stored
+    with the index."""
 
     def __init__(self, offsets: np.ndarray, docs: np.ndarray, freqs: np.ndarray, norms: np.ndarray,
                  cache: np.ndarray, kind: int):
@@ -135,7 +136,9 @@ def _sift_down(h_score, h_rank, h_doc, size, at):
 
 @numba.njit(nogil=True, cache=True)
 def _offer(h_score, h_rank, h_doc, size, k, score, rank, doc):
-    """Offer a hit to the heap of at most ``k``; returns the heap's new size."""
+    """Put a hit into the heap of at most ``k``, in place of its worst when full: the caller has checked that it beats
+    that one (a check where the hit is found saves a call, with its arrays, for every hit that does not get in);
+    returns the heap's new size."""
     if size < k:
         at = size
         h_score[at], h_rank[at], h_doc[at] = score, rank, doc
@@ -147,9 +150,8 @@ def _offer(h_score, h_rank, h_doc, size, k, score, rank, doc):
             _swap(h_score, h_rank, h_doc, at, parent)
             at = parent
         return size
-    if _better(score, rank, h_score[0], h_rank[0]):
-        h_score[0], h_rank[0], h_doc[0] = score, rank, doc
-        _sift_down(h_score, h_rank, h_doc, size, 0)
+    h_score[0], h_rank[0], h_doc[0] = score, rank, doc
+    _sift_down(h_score, h_rank, h_doc, size, 0)
     return size
 
 
@@ -215,8 +217,8 @@ def _term_order(docs, starts, kind, weights, term_keys, max_doc):
 def top_k(index, query, kind, id_rank, k, max_doc):
     """The top ``k`` documents of one query: (doc numbers, float32 scores), in no particular order. ``index``:
     (docs, freqs, norms, cache, block_last, block_key); ``query``: (starts, ends, first_blocks, block_ends, weights,
-    term_keys). Helpers called per document take few arrays, never these tuples (numba passes each array it is given:
-    a call with the tuples per lookup made the search twice as slow at 8.8M passages)."""
+    term_keys). Helpers called per document take few arrays, never these tuples: a call given the tuples per lookup
+    made the search twice as slow at 8.8M passages (measured; what numba does with them was not examined)."""
     docs, freqs, norms, cache, block_last, block_key = index
     starts, ends, first_blocks, block_ends, weights, term_keys = query
     n, size, threshold, pos, block = len(starts), 0, np.float32(-np.inf), starts.copy(), first_blocks.copy()
@@ -257,9 +259,11 @@ def top_k(index, query, kind, id_rank, k, max_doc):
             start = max(pos[i], starts[i] + (b - first_blocks[i]) * BLOCK_SIZE)
             pos[i], found = _find(docs, freqs, norms, cache, kind, weights[i], start, doc)
             score += found
-        rank = id_rank[doc]
-        if alive and np.float32(score + prefix[j]) >= threshold and (
-                size < k or _better(np.float32(score), rank, h_score[0], h_rank[0])):
+        if alive and np.float32(score + prefix[j]) >= threshold:
+            rank = id_rank[doc]  # read for the documents that reach the k-th score only: a random access
+            if size == k and not _better(np.float32(score), rank, h_score[0], h_rank[0]):
+                doc = following
+                continue
             size = _offer(h_score, h_rank, h_doc, size, k, np.float32(score), rank, doc)
             if size == k:
                 threshold = h_score[0]
