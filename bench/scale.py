@@ -72,6 +72,11 @@ again with it: 8.8M k=10 4.08 / 30.74 / 6.50 / 5.74 and 6.44, k=1000 8.67 / 32.4
 0.67 / 1.98 / 1.49 / 0.58 and 0.48, k=100 1.07, k=1000 2.41 / 2.33 / 9.34 / 1.80 and 1.73; every answer exact as
 above. Every engine's median moved 2-13% between the two runs (PISA and Lucene too): whole runs of the table are
 that noisy here, which is why kernels are compared side by side in one process.
+After the review mend (the id rank read only for a document that reaches the k-th score; the kernels alone at 8.8M,
+k=10 2.82 ms against 3.44), two more runs on a machine slower by then in every engine: 8.8M k=10 6.43 and 5.45 ms
+(exhaustive 35.16 and 33.72, Lucene 8.53 and 7.41, PISA maxscore 7.22 and 6.41), k=1000 10.22 and 9.92 (35.14 and
+33.65, 23.64 and 22.91, 11.40 and 10.97); 1M k=10 0.82, k=1000 2.90; every answer exact. The kernel alone on the same
+1,000 queries in one process: 2.7 ms; ``engine.top`` 3.3.
 
 Through the default policy (:func:`weir.ranker.retrievers.inverted.prunes`) a deep top k over a collection under 3M
 documents is answered by the exhaustive scorer, which is faster there.
