@@ -53,33 +53,28 @@ which 1.7 GiB anonymous (JVM and Python included); closed-loop callers from clie
 132 OK/s (p50 6.5 ms), two 165 (the callers' processes take the cores the second batch worker would use).
 
 The kernel (``weir/ranker/retrievers/maxscore.py``), block-max MaxScore document at a time, replaced MaxScore over
-windows of 8,192 doc numbers (stop 55: essential terms added term at a time into a window accumulator, lookups
-bounded by the window's block maxima, blocks of 128). That kernel's table, on an AMD EPYC without bf16, 2026-12-06:
-k=10 0.34 / 1.77 / 8.71 ms at 100k / 1M / 8.8M, k=1000 0.95 / 4.83 / 22.07; exhaustive at 8.8M 31.70 and 31.89,
-Lucene 8.57 and 28.00; impacts at 8.8M 10.69 and 31.33. Side by side in one process on this machine (the kernels
-alone, their queries prepared, 8.8M; first 500 or 600 queries): the windows 7.86 ms at k=10 and 22.17 at k=1000;
-document at a time with the block-max check before each lookup, blocks of 32, 5.14 and 15.30 (another run 5.27 at
-k=10); blocks of 16, 8 and 64: 4.91, 4.85, 5.57 at k=10 (at 1M, blocks of 128: without the check 1.18 ms, with it
-1.05, the windows 1.38); with every helper called per document taking arrays rather than the index and query tuples:
-2.58 at k=10 and 7.16 at k=1000 (a call given the tuples cost about what a lookup computes; why,
-within numba, was not examined). Not kept: skipping an essential posting's score when the block
-maxima of the essential terms at the document cannot bring it in (1M, k=10: 1.02 against 0.97 ms), and the lookups
-done term by term over a window's sorted candidates rather than document by document (1M: no change).
+windows of 8,192 doc numbers (stop 55: essential terms added term at a time into a window accumulator, lookups bounded
+by the window's block maxima, blocks of 128). That kernel's table, on an AMD EPYC without bf16, 2026-12-06: k=10 0.34
+/ 1.77 / 8.71 ms at 100k / 1M / 8.8M, k=1000 0.95 / 4.83 / 22.07; exhaustive at 8.8M 31.70 and 31.89, Lucene 8.57 and
+28.00; impacts at 8.8M 10.69 and 31.33. Side by side in one process on this machine (the kernels alone, their queries
+prepared, 8.8M; first 500 or 600 queries): the windows 7.86 ms at k=10 and 22.17 at k=1000; document at a time with
+the block-max check before each lookup, blocks of 32, 5.14 and 15.30 (another run 5.27 at k=10); blocks of 16, 8 and
+64: 4.91, 4.85, 5.57 at k=10 (at 1M, blocks of 128: without the check 1.18 ms, with it 1.05, the windows 1.38); with
+every helper called per document taking arrays rather than the index and query tuples: 2.58 at k=10 and 7.16 at k=1000
+(a call given the tuples cost about what a lookup computes; why, within numba, was not examined). Not kept: skipping
+an essential posting's score when the block maxima of the essential terms at the document cannot bring it in (1M,
+k=10: 1.02 against 0.97 ms), and the lookups done term by term over a window's sorted candidates rather than document
+by document (1M: no change).
 
-Then a lookup's blocks found by galloping and bisection instead of one by one (the kernels alone, side by side:
-8.8M k=10 2.63 ms against 2.76, k=1000 7.58 against 7.82; 1M k=10 0.425 against 0.468). The table's command run
-again with it: 8.8M k=10 4.08 / 30.74 / 6.50 / 5.74 and 6.44, k=1000 8.67 / 32.47 / 19.74 / 9.66 and 10.19; 1M k=10
-0.67 / 1.98 / 1.49 / 0.58 and 0.48, k=100 1.07, k=1000 2.41 / 2.33 / 9.34 / 1.80 and 1.73; every answer exact as
-above. Every engine's median moved 2-13% between the two runs (PISA and Lucene too): whole runs of the table are
-that noisy here, which is why kernels are compared side by side in one process.
-After the review mend (the id rank read only for a document that reaches the k-th score; the kernels alone at 8.8M,
-k=10 2.82 ms against 3.44), two more runs on a machine slower by then in every engine: 8.8M k=10 6.43 and 5.45 ms
-(exhaustive 35.16 and 33.72, Lucene 8.53 and 7.41, PISA maxscore 7.22 and 6.41), k=1000 10.22 and 9.92 (35.14 and
-33.65, 23.64 and 22.91, 11.40 and 10.97); 1M k=10 0.82, k=1000 2.90; every answer exact. The kernel alone on the same
-1,000 queries in one process: 2.7 ms; ``engine.top`` 3.3.
-
-Through the default policy (:func:`weir.ranker.retrievers.inverted.prunes`) a deep top k over a collection under 3M
-documents is answered by the exhaustive scorer, which is faster there.
+Then a lookup's blocks found by galloping and bisection (kernels alone, side by side: 8.8M k=10 2.63 ms against 2.76,
+k=1000 7.58 against 7.82; 1M k=10 0.425 against 0.468); the table's command again: 8.8M k=10 4.08 / 30.74 / 6.50 /
+5.74, k=1000 8.67 / 32.47 / 19.74 / 9.66; 1M 0.67 and 2.41. After the review mend (the id rank read only for a
+document reaching the k-th score; kernels alone at 8.8M, k=10 2.82 against 3.44), two runs on a machine slower by then
+in every engine: 8.8M k=10 6.43 and 5.45 (exhaustive 35.16, 33.72; Lucene 8.53, 7.41; PISA 7.22, 6.41), k=1000 10.22
+and 9.92 (35.14, 33.65; 23.64, 22.91; 11.40, 10.97); 1M 0.82 and 2.90; every answer exact. Whole runs are that noisy
+here (the kernel alone on the same 1,000 queries stayed 2.6-2.8 ms, ``engine.top`` 3.3): kernels are compared side by
+side in one process. Through the default policy (:func:`weir.ranker.retrievers.inverted.prunes`) a deep top k over a
+collection under 3M documents is answered by the exhaustive scorer, which is faster there.
 
 The build profiled for steps that grow faster than the collection (issue 51, item 5; stop 58, Intel Xeon with AMX):
 ``py-spy record --rate 50 --format raw --subprocesses -- python -m weir index build --collection
