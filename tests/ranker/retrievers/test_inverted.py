@@ -79,19 +79,42 @@ def _random_postings(n_docs: int, n_terms: int, seed: int):
 @pytest.mark.parametrize("scores", ["bm25", "impact"])
 def test_pruned_search_equals_the_exhaustive_one(scores):
     """Block-max MaxScore skips postings, never a hit: every rank and score bit of the exhaustive scorer, at k from 1
-    to 1000, with repeated query terms (weights other than 1) and many ties (impacts 1..5)."""
+    to 1000, with repeated query terms (weights other than 1) and many ties (impacts 1..5); half the queries of
+    frequent terms, whose floors (the k-th largest block maxima) start the search above nothing."""
     postings = _random_postings(60_000, 3000, seed=1)
     engine = InvertedIndex(BM25Scores(postings, 0.9, 0.4) if scores == "bm25" else ImpactScores(postings))
     rng = np.random.default_rng(2)
     different = []
-    for _ in range(120):
-        terms = rng.choice(3000, rng.integers(1, 8), replace=False)
+    for query in range(120):
+        terms = rng.choice(3000 if query % 2 else 60, rng.integers(1, 8), replace=False)
         weights = {f"t{t:05d}": 1 if rng.random() < 0.8 else int(rng.integers(2, 4)) for t in terms}
         for k in (1, 10, 100, 1000):
             pruned, exhaustive = engine.top(weights, k, exhaustive=False), engine.top(weights, k, exhaustive=True)
             if not (np.array_equal(pruned[0], exhaustive[0]) and np.array_equal(pruned[1], exhaustive[1])):
                 different.append((weights, k))
     assert not different, f"{len(different)} answers differ, first: {different[0]}"
+
+
+@pytest.mark.parametrize("scores", ["bm25", "impact"])
+def test_a_terms_floor_is_at_most_the_k_th_score_of_its_query(scores):
+    """The floor the pruned search starts from: the L-th largest block maximum of a term is at most the L-th largest
+    score of its postings, so at most the k-th score of any query holding the term, for each k up to L."""
+    from weir.ranker.retrievers.maxscore import FLOOR_LEVELS, _score
+
+    postings = _random_postings(60_000, 3000, seed=1)
+    similarity = BM25Scores(postings, 0.9, 0.4) if scores == "bm25" else ImpactScores(postings)
+    engine, blocks = InvertedIndex(similarity), similarity.blocks
+    floored = 0
+    for t in range(40):
+        for level in FLOOR_LEVELS:
+            key = blocks.floor_keys(np.array([t]), level)[0]
+            if key == 0:
+                continue
+            floored += 1
+            weight = similarity.weight(t, 1.0)
+            _, exhaustive = engine.top({f"t{t:05d}": 1.0}, level, exhaustive=True)
+            assert _score(similarity.kind, weight, key) <= exhaustive[level - 1]
+    assert floored >= 40  # every one of these terms has a floor at k=10, some at 100 and 1000
 
 
 def test_candidate_scores_are_the_searched_scores():

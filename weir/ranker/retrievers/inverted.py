@@ -235,7 +235,7 @@ class InvertedIndex:
             exhaustive = not prunes(self.postings.max_doc, k)
         if exhaustive:
             return self._top_exhaustive(weights, k)
-        query = self._query(weights)
+        query = self._query(weights, k)
         if k <= 0 or query is None:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         p, similarity = self.postings, self.scores
@@ -245,9 +245,9 @@ class InvertedIndex:
         docs, scores = maxscore.top_k(index, query, similarity.kind, self.id_rank, k, p.max_doc)
         return self._ordered(docs, scores, k)
 
-    def _query(self, weights: Mapping[str, float]) -> tuple | None:
-        """The kernel's view of a query: per known term its postings, its blocks and its weight; None when no query
-        term is in the index."""
+    def _query(self, weights: Mapping[str, float], k: int) -> tuple | None:
+        """The kernel's view of a query for a top ``k``: per known term its postings, its blocks, its weight and
+        its keys; None when no query term is in the index."""
         offsets = self.postings.offsets
         blocks = self.scores.blocks
         first_block = blocks.first_block
@@ -260,7 +260,7 @@ class InvertedIndex:
             return None
         ts = np.array(terms, dtype=np.int64)
         return (offsets[ts], offsets[ts + 1], first_block[ts], first_block[ts + 1],
-                np.array(kernel_weights, dtype=np.float32), blocks.term_key[ts])
+                np.array(kernel_weights, dtype=np.float32), blocks.term_key[ts], blocks.floor_keys(ts, k))
 
     def _term_numbers(self, weights: Mapping[str, float]) -> np.ndarray:
         """Each query term's number in the postings (-1: not in the index), its weight checked."""
