@@ -165,10 +165,12 @@ def test_an_index_with_deleted_documents_searches_as_lucene_does(small_index, tm
 
 
 @pytest.mark.parametrize("run", [1, 3, 1 << 22])
-def test_segments_merge_into_each_terms_postings_in_segment_order(monkeypatch, run):
-    """Segments merged a run of postings at a time (``MERGE_RUN``, down to one posting): each term's postings are its
-    postings in each segment, in segment order, whatever the run; checked against a plain concatenation on random
-    segments with terms shared, missing and alone."""
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_segments_merge_into_each_terms_postings_in_segment_order(monkeypatch, tmp_path, run, on_disk):
+    """Segments spilled to files as read, then merged a run of postings at a time (``MERGE_RUN``, down to one
+    posting), in memory or into the ``.npy`` files themselves: each term's postings are its postings in each segment,
+    in segment order, whatever the run; checked against a plain concatenation on random segments with terms shared,
+    missing and alone, and one segment without postings."""
     from array import array
 
     from weir.indexer import postings as module
@@ -179,9 +181,14 @@ def test_segments_merge_into_each_terms_postings_in_segment_order(monkeypatch, r
     segments = module._Segments.__new__(module._Segments)
     segments.terms, segments.dfs, segments.lucene_dfs = [], [], []
     segments.docs, segments.freqs = array("i"), array("i")
+    segments.spill, segments.counts, segments.max_freq = tmp_path, [], 0
     expected: dict[str, list[tuple[int, int]]] = {}
     base = 0
-    for _ in range(4):
+    for segment in range(5):
+        if segment == 2:  # a segment without the field
+            segments.terms.append([]), segments.dfs.append(array("q")), segments.lucene_dfs.append(array("q"))
+            segments.end_segment()
+            continue
         terms = sorted(rng.choice(vocabulary, size=int(rng.integers(1, 30)), replace=False).tolist())
         dfs = array("q")
         for term in terms:
@@ -195,9 +202,14 @@ def test_segments_merge_into_each_terms_postings_in_segment_order(monkeypatch, r
         segments.terms.append(terms)
         segments.dfs.append(dfs)
         segments.lucene_dfs.append(array("q", dfs))
+        segments.end_segment()
         base += 100
-    terms, dfs, lucene_df, docs, freqs = segments.merged()
-    assert terms == sorted(expected)
+    out = tmp_path / "out"
+    out.mkdir()
+    terms, dfs, lucene_df, docs, freqs = segments.merged(out if on_disk else None)
+    assert terms == sorted(expected) and freqs.dtype == np.uint8
+    if on_disk:
+        assert np.array_equal(np.load(out / "docs.npy"), docs) and np.array_equal(np.load(out / "freqs.npy"), freqs)
     offsets = np.concatenate([[0], np.cumsum(dfs)])
     for t, term in enumerate(terms):
         got = list(zip(docs[offsets[t]:offsets[t + 1]].tolist(), freqs[offsets[t]:offsets[t + 1]].tolist()))
