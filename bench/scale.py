@@ -26,55 +26,54 @@ Subcommands (the files live under ``$WEIR_CACHE/scale/<name>``, never in the rep
 Usage: python bench/scale.py generate|build|query|threads|serve --docs 1000000 [--k 10,1000] [--queries 1000]
        [--impact] [--no-lucene] [--pisa ALGORITHMS] [--seconds 20]
 
-Measured on a 2-core Intel Xeon with AMX (24 GiB), 2026-12-07 (stop 60), main at the commit that wrote this table:
-the 1,043 queries' first 1,000 (DL 2019's 43, then generated), one thread, engines taking turns query by query,
-medians (p99) in ms; ``query --docs N --k 10,1000 --pisa maxscore,block_max_maxscore``. Every answer of the pruned
-search equal to the exhaustive scorer's (ids and score bits) at both k, every top 10 equal to Lucene's. "opened": the
-process's anonymous memory after opening the BM25 component and one search (block maxima derived), imports and JVM
-included, and the seconds to that (warm page cache). PISA: ``maxscore`` / ``block_max_maxscore`` over the same
-postings (``bench/_pisa.py``: block_simdbp codes, block maxima of 64; its Python wrapper makes a string of each hit's
-id, which weir's engine does not), its top 10 sharing 95.5% (8.8M) to 96.8% (1M) of weir's: its mean length is its own.
+Measured on a 2-core Intel Xeon with AMX (24 GiB), 2026-12-07 (stop 61), main at 7317124: the 1,043 queries' first
+1,000 (DL 2019's 43, then generated), one thread, engines taking turns query by query, medians (p99) in ms; ``query
+--docs N --k 10,1000 --pisa maxscore,block_max_maxscore``. Every answer of the pruned search equal to the exhaustive
+scorer's (ids and score bits) at both k, every top 10 equal to Lucene's. "opened" (stop 60): the process's anonymous
+memory after opening the BM25 component and one search (block maxima derived), imports and JVM included, and the
+seconds to that (warm page cache). PISA: ``maxscore`` / ``block_max_maxscore`` over the same postings
+(``bench/_pisa.py``: block_simdbp codes, block maxima of 64; its Python wrapper makes a string of each hit's id, which
+weir's engine does not), its top 10 sharing 95.5% (8.8M) to 97.5% (100k) of weir's: its mean length is its own.
 
 | passages (postings) | k=10 weir | exhaustive | Lucene | PISA | k=1000 weir | exhaustive | Lucene | PISA | opened |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
-| 100k (3.9M) | 0.18 (0.44) | 0.18 | 0.74 | 0.10 / 0.08 | 0.56 (1.30) | 0.27 | 6.09 | 0.56 / 0.47 | |
-| 1M (38M) | 0.64 (2.81) | 2.00 | 1.47 | 0.52 / 0.48 | 2.27 (5.72) | 2.16 | 9.26 | 1.68 / 1.65 | 185 MiB, 1.1 s |
-| 8.8M (336M) | 3.62 (17.25) | 31.77 | 6.51 | 5.53 / 6.29 | 8.44 (28.54) | 31.92 | 19.20 | 9.32 / 9.90 | 565 MiB, 3.2 s |
+| 100k (3.9M) | 0.24 (0.56) | 0.21 | 0.79 | 0.12 / 0.09 | 0.62 (1.35) | 0.30 | 6.67 | 0.60 / 0.51 | |
+| 1M (38M) | 0.71 (2.92) | 2.19 | 1.54 | 0.65 / 0.53 | 2.11 (5.74) | 2.32 | 10.04 | 1.90 / 1.80 | 185 MiB 1.1s |
+| 8.8M (336M) | 4.26 (19.24) | 31.84 | 6.63 | 5.66 / 6.26 | 8.37 (29.61) | 32.90 | 20.46 | 9.66 / 10.05 | 565 MiB 3.2s |
 
-At 8.8M: 8.8x the exhaustive scorer at k=10 and 3.8x at k=1000, 1.8x and 2.3x Lucene; against PISA over the same
-postings 1.5x at k=10 and 1.1x at k=1000 (its codes are compressed, weir's arrays are not). 8.8M / 1M at k=10: 5.7
-(Lucene 4.4, PISA 10.6, the exhaustive scorer 15.9). k=100 over 1M: weir 1.03 ms, exhaustive 2.02, Lucene 2.38, PISA
-0.75 / 0.80; pruned = exhaustive on 1,000/1,000. Weir against the exhaustive scorer alone (``--no-lucene``): 3.61 and
-8.32 ms, the exhaustive 25.17 and 26.33 (7.0x and 3.2x). DeepImpact-like impacts (``--impact``): 1M k=10 1.13 against
-the exhaustive 2.74, k=1000 2.24 against 2.88; 8.8M k=10 7.22 against 41.24 (5.7x), k=1000 14.34 against 40.77 (2.8x).
-``threads`` at 8.8M (400 queries, micro-batches of 8, medians of 3 rounds): k=10 265 -> 529 queries/s with a second
-thread (1.99x), k=1000 108 -> 214 (1.98x). ``serve`` at 8.8M: SERVING after 7.7 s (``--no-verify``), RSS 3.5 GiB of
-which 1.7 GiB anonymous (JVM and Python included); closed-loop callers from client processes on the same 2 cores: one
-132 OK/s (p50 6.5 ms), two 165 (the callers' processes take the cores the second batch worker would use).
+At 8.8M: 7.5x the exhaustive scorer at k=10 and 3.9x at k=1000, 1.6x and 2.4x Lucene, 1.3x and 1.2x PISA's maxscore
+over the same postings (its codes are compressed, weir's arrays are not). 8.8M / 1M at k=10: 6.0 (Lucene 4.3, PISA
+8.7, the exhaustive scorer 14.5). k=100 over 1M: weir 1.08 ms, exhaustive 2.21, Lucene 2.61, PISA 0.90 / 0.88.
+DeepImpact-like impacts (``--impact --no-lucene``), 8.8M: k=10 7.69 against the exhaustive 44.02 (5.7x), k=1000 15.02
+against 44.13 (2.9x). ``threads`` at 8.8M (stop 60; 400 queries, micro-batches of 8, medians of 3 rounds): k=10 265
+-> 529 queries/s with a second thread (1.99x), k=1000 108 -> 214 (1.98x). ``serve`` at 8.8M (stop 60): SERVING after
+7.7 s (``--no-verify``), RSS 3.5 GiB of which 1.7 GiB anonymous (JVM and Python included); closed-loop callers from
+client processes on the same 2 cores: one 132 OK/s (p50 6.5 ms), two 165 (the callers' processes take the cores the
+second batch worker would use). Whole runs move a lot here: weir's k=10 median at 8.8M was 3.62, 4.08, 6.43 and 5.45
+in four runs of stop 60 while the kernel alone, side by side in one process on the same queries, stayed 2.6-2.8 ms:
+kernels are compared side by side in one process, never across runs.
+
+Why the growth stays above 4: the work itself grows about as the postings of the query terms do. Counted in the
+kernel over the 1,000 queries (a counting copy, not kept), 1M -> 8.8M at k=10: documents visited 21.3k -> 147.8k a
+query (6.9x), essential postings scored 60.2k -> 376.5k (6.3x), lookups 8.6k -> 52.6k (6.1x), while the query terms
+hold 148k -> 1.35M postings (9.1x); documents that reach the k-th score 100 -> 123. The bounds limit the skipping,
+not the threshold's rise (stop 55: the final k-th score known from the start saved 12%).
 
 The kernel (``weir/ranker/retrievers/maxscore.py``), block-max MaxScore document at a time, replaced MaxScore over
-windows of 8,192 doc numbers (stop 55: essential terms added term at a time into a window accumulator, lookups bounded
-by the window's block maxima, blocks of 128). That kernel's table, on an AMD EPYC without bf16, 2026-12-06: k=10 0.34
-/ 1.77 / 8.71 ms at 100k / 1M / 8.8M, k=1000 0.95 / 4.83 / 22.07; exhaustive at 8.8M 31.70 and 31.89, Lucene 8.57 and
-28.00; impacts at 8.8M 10.69 and 31.33. Side by side in one process on this machine (the kernels alone, their queries
-prepared, 8.8M; first 500 or 600 queries): the windows 7.86 ms at k=10 and 22.17 at k=1000; document at a time with
-the block-max check before each lookup, blocks of 32, 5.14 and 15.30 (another run 5.27 at k=10); blocks of 16, 8 and
-64: 4.91, 4.85, 5.57 at k=10 (at 1M, blocks of 128: without the check 1.18 ms, with it 1.05, the windows 1.38); with
-every helper called per document taking arrays rather than the index and query tuples: 2.58 at k=10 and 7.16 at k=1000
-(a call given the tuples cost about what a lookup computes; why, within numba, was not examined). Not kept: skipping
-an essential posting's score when the block maxima of the essential terms at the document cannot bring it in (1M,
-k=10: 1.02 against 0.97 ms), and the lookups done term by term over a window's sorted candidates rather than document
-by document (1M: no change).
-
-Then a lookup's blocks found by galloping and bisection (kernels alone, side by side: 8.8M k=10 2.63 ms against 2.76,
-k=1000 7.58 against 7.82; 1M k=10 0.425 against 0.468); the table's command again: 8.8M k=10 4.08 / 30.74 / 6.50 /
-5.74, k=1000 8.67 / 32.47 / 19.74 / 9.66; 1M 0.67 and 2.41. After the review mend (the id rank read only for a
-document reaching the k-th score; kernels alone at 8.8M, k=10 2.82 against 3.44), two runs on a machine slower by then
-in every engine: 8.8M k=10 6.43 and 5.45 (exhaustive 35.16, 33.72; Lucene 8.53, 7.41; PISA 7.22, 6.41), k=1000 10.22
-and 9.92 (35.14, 33.65; 23.64, 22.91; 11.40, 10.97); 1M 0.82 and 2.90; every answer exact. Whole runs are that noisy
-here (the kernel alone on the same 1,000 queries stayed 2.6-2.8 ms, ``engine.top`` 3.3): kernels are compared side by
-side in one process. Through the default policy (:func:`weir.ranker.retrievers.inverted.prunes`) a deep top k over a
-collection under 3M documents is answered by the exhaustive scorer, which is faster there.
+windows of 8,192 doc numbers (stop 55: essential terms added term at a time into a window accumulator, blocks of 128;
+on an AMD EPYC, 8.8M: k=10 8.71 ms, k=1000 22.07). Side by side in one process (the kernels alone, queries prepared,
+8.8M): the windows 7.86 ms at k=10 and 22.17 at k=1000; document at a time with the block-max check before each
+lookup, blocks of 32, 5.14 and 15.30; blocks of 16, 8 and 64: 4.91, 4.85, 5.57 at k=10; every helper called per
+document taking arrays rather than the index and query tuples: 2.58 and 7.16 (a call given the tuples cost about what
+a lookup computes; why, within numba, was not examined); a lookup's blocks found by galloping and bisection: 2.63
+against 2.76 and 7.58 against 7.82; the id rank read only for a document reaching the k-th score: 2.82 against 3.44;
+the k-th score started at the floor of the query's terms (the 10th/100th/1000th largest block maximum; stop 61):
+2.67 against 2.79 and 7.49 against 8.60 (1M: 0.43 against 0.50, 1.53 against 1.96). Not kept: skipping an essential
+posting's score when the essential terms' block maxima at the document cannot bring it in (1M, k=10: 1.02 against
+0.97 ms), lookups term by term over a window's sorted candidates (1M: no change), Lucene-style windows over the
+essential terms' current blocks (8.8M: 2.71 against 2.68). Through the default policy
+(:func:`weir.ranker.retrievers.inverted.prunes`) a deep top k over a collection under 3M documents is answered by the
+exhaustive scorer, which is faster there.
 
 The build profiled for steps that grow faster than the collection (issue 51, item 5; stop 58, Intel Xeon with AMX):
 ``py-spy record --rate 50 --format raw --subprocesses -- python -m weir index build --collection
@@ -94,7 +93,8 @@ after the other on the same machine, the document store step 22.9 s and 1,900 Mi
 1,669 MiB, the whole build 126.6 s against 118.4 s, every document's title and text the same by id (Lucene's doc
 numbers differ from build to build: its indexing threads). At 8.8M (stop 60, generated in 151 s): 1,050 s, the
 largest process's peak RSS 6.46 GB (was 9.4 GiB); its steps: Lucene 621 s, 4.0 GiB; the postings export 251 s,
-6.5 GiB (6.3 anonymous); the document store 169 s, 3.2 GiB (894 MiB anonymous, was 7.1 GiB).
+6.5 GiB (6.3 anonymous); the document store 169 s, 3.2 GiB (894 MiB anonymous, was 7.1 GiB). The export alone, merged
+on disk (stop 61): 282 s, peak RSS 3.8 GiB, against 267 s and 6.0 GiB merged in memory, the same files.
 """
 
 from __future__ import annotations
