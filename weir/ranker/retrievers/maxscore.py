@@ -26,11 +26,12 @@ OSIRRC 2019; MaxScore of Turtle and Flood 1995, block maxima of Ding and Suel 20
   8.60; 1M 0.43 against 0.50 and 1.53 against 1.96.
 
 Exactness: every term score is at least 0, and adding one to a float sum never lowers it (rounding is monotone), so a
-document's score is at least each of its term scores, and the floor is at most the final k-th score. A bound is a sum of block maxima in double, so it is at least the double sum of the document's term scores,
-and rounding to float is monotone: a document is dropped only when ``float32(bound) < kth_score``, which it can then
-neither beat nor tie. Equal scores are therefore always compared by id, as the oracle does. A document's score is the
-double sum of its float term scores, as Lucene's disjunction sums them; a few floats sum exactly in double, so the
-order of the terms does not change it.
+document's score is at least each of its term scores, and the floor is at most the final k-th score. A bound is a sum
+of block maxima in double, so it is at least the double sum of the document's term scores, and rounding to float is
+monotone: a document is dropped only when ``float32(bound) < kth_score``, which it can then neither beat nor tie.
+Equal scores are therefore always compared by id, as the oracle does. A document's score is the double sum of its
+float term scores, as Lucene's disjunction sums them; a few floats sum exactly in double, so the order of the terms
+does not change it.
 
 It replaced MaxScore over windows of 8,192 doc numbers (the essential terms added term at a time into a window
 accumulator, blocks of 128): over 8.8M synthetic passages, one thread, 3.6 ms a query at k=10 and 8.4 at k=1000,
@@ -108,7 +109,8 @@ class BlockMaxima:
     """Per term its blocks (``first_block[t]:first_block[t + 1]``) and its largest key (``term_key``); per block
     its last doc number and its largest key (:func:`_key`), from which the block's largest score at any query weight
     follows; for the terms of at least 10 blocks (``floor_terms``, 50k of 2.6M at 8.8M passages), per k of
-    :data:`FLOOR_LEVELS` the k-th largest of their blocks' keys (``floor_key``, 0 for a term of fewer blocks). One pass over the postings (about a second per 300M postings), made when an engine is opened: BM25's
+    :data:`FLOOR_LEVELS` the k-th largest of their blocks' keys (``floor_key``, 0 for a term of fewer blocks). One pass
+    over the postings (about 2 s for 336M postings, the floors 0.8 of them), made when an engine is opened: BM25's
     keys depend on k1, b and the collection statistics (a shard scores with its shard set's), so they are not stored
     with the index."""
 
@@ -130,9 +132,9 @@ class BlockMaxima:
     def floor_keys(self, terms: np.ndarray, k: int) -> np.ndarray:
         """The floor keys of ``terms`` for a top ``k`` (0: no floor)."""
         level = next((i for i, top in enumerate(FLOOR_LEVELS) if k <= top), None)
-        at = np.minimum(np.searchsorted(self.floor_terms, terms), max(len(self.floor_terms) - 1, 0))
         if level is None or not len(self.floor_terms):
             return np.zeros(len(terms), dtype=np.float32)
+        at = np.minimum(np.searchsorted(self.floor_terms, terms), len(self.floor_terms) - 1)
         return np.where(self.floor_terms[at] == terms, self.floor_key[level, at], np.float32(0))
 
     @property
@@ -256,8 +258,9 @@ def _term_order(docs, starts, kind, weights, term_keys, floor_keys, max_doc):
 def top_k(index, query, kind, id_rank, k, max_doc):
     """The top ``k`` documents of one query: (doc numbers, float32 scores), in no particular order. ``index``:
     (docs, freqs, norms, cache, block_last, block_key); ``query``: (starts, ends, first_blocks, block_ends, weights,
-    term_keys, floor_keys) with the floor keys for this k. Helpers called per document take few arrays, never these tuples: a call given the tuples per lookup
-    made the search twice as slow at 8.8M passages (measured; what numba does with them was not examined)."""
+    term_keys, floor_keys) with the floor keys for this k. Helpers called per document take few arrays, never these
+    tuples: a call given the tuples per lookup made the search twice as slow at 8.8M passages (measured; what numba
+    does with them was not examined)."""
     docs, freqs, norms, cache, block_last, block_key = index
     starts, ends, first_blocks, block_ends, weights, term_keys, floor_keys = query
     n, size, pos, block = len(starts), 0, starts.copy(), first_blocks.copy()
