@@ -323,10 +323,12 @@ def test_members_shrunk_towards_the_prior_by_their_disagreement(tmp_path):
         make_head("deepimpact", backbone.dim, "bm25", members=1, shrink=0.01)
 
 
-def test_one_backbone_pass_gives_the_dense_vectors_of_a_separate_pass(tmp_path, monkeypatch):
-    """A build with deepct and dense on the same backbone runs it once per passage: a passage within one window whose
-    words are its whole input (no punctuation) gets exactly the vector a separate pass gives; the others are counted,
-    and a passage without terms is encoded on its own. A build asked for a pass of its own is the separate pass."""
+def test_the_dense_vectors_of_a_document_pass_are_those_of_a_separate_pass(tmp_path, monkeypatch):
+    """A build with deepct and dense on the same backbone: by default (``auto``) the heads read the words and the dense
+    vector the text, in a pass of its own that gives every passage exactly the vector a separate pass gives. Asked to
+    read words (``--pass-input words``), the one pass serves both: a passage within one window whose words are its
+    whole input (no punctuation) gets the separate pass's vector; the others are counted, and a passage without terms
+    is encoded on its own."""
     from weir.indexer.build import build_index
     from weir.indexer.dense import DenseIndex
     from weir.indexer.encoder import Encoder
@@ -340,22 +342,24 @@ def test_one_backbone_pass_gives_the_dense_vectors_of_a_separate_pass(tmp_path, 
             {"id": "none", "title": "", "text": "... !!! ---"}]
     (tmp_path / "coll").mkdir()
     (tmp_path / "coll" / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
-    vectors = {}
-    for name, shared in (("shared", True), ("separate", False)):
-        build_index(tmp_path / "coll", tmp_path / name, components=("deepct", "dense"), dense={"shared_pass": shared})
+    vectors, entries = {}, {}
+    for name, shared, learned in (("words", True, {"input": "words"}), ("auto", True, None), ("separate", False, None)):
+        build_index(tmp_path / "coll", tmp_path / name, components=("deepct", "dense"), dense={"shared_pass": shared},
+                    learned=learned)
         index = Index(tmp_path / name)
-        entry = index.manifest["components"]["dense"]
+        entries[name] = entry = index.manifest["components"]["dense"]
         dense = DenseIndex(index.component_path("dense"), entry)
         vectors[name] = {d: np.asarray(dense.vectors[dense.rows([d])[0]], dtype=np.float32) for d in dense.docids}
-        if shared:
-            assert entry["shared_pass"]["passages"] == 3  # "none" has no terms, so no window
-            assert entry["shared_pass"]["input_differs_from_a_separate_pass"] == 2  # punctuation; cut at 256 pieces
-            assert entry["shared_pass"]["encoded_separately"] == 1
-        else:
-            assert "shared_pass" not in entry
+    assert entries["words"]["shared_pass"]["passages"] == 3  # "none" has no terms, so no window
+    assert entries["words"]["shared_pass"]["input_differs_from_a_separate_pass"] == 2  # punctuation; cut at 256 pieces
+    assert entries["words"]["shared_pass"]["encoded_separately"] == 1
+    assert entries["auto"]["shared_pass"]["input_differs_from_a_separate_pass"] == 0
+    assert "shared_pass" not in entries["separate"]
     encoder = Encoder()
     alone = encoder.encode_passages(["Vitamin D Vitamin D deficiency and bone density in elderly women"])[0]
-    assert np.abs(vectors["shared"]["plain"] - alone.astype(np.float16)).max() <= 1e-3  # stored as float16
-    assert np.array_equal(vectors["shared"]["plain"], vectors["separate"]["plain"])
-    assert np.array_equal(vectors["shared"]["none"], vectors["separate"]["none"])
-    assert not np.array_equal(vectors["shared"]["punct"], vectors["separate"]["punct"])
+    assert np.abs(vectors["words"]["plain"] - alone.astype(np.float16)).max() <= 1e-3  # stored as float16
+    for doc in vectors["separate"]:
+        assert np.array_equal(vectors["auto"][doc], vectors["separate"][doc]), doc
+    assert np.array_equal(vectors["words"]["plain"], vectors["separate"]["plain"])
+    assert np.array_equal(vectors["words"]["none"], vectors["separate"]["none"])
+    assert not np.array_equal(vectors["words"]["punct"], vectors["separate"]["punct"])

@@ -254,8 +254,9 @@ def _add_learned_and_pruning_options(b) -> None:
     lw.add_argument("--pass-input", choices=PASS_INPUTS, default=DEFAULT_INPUT,
                     help="what the document pass's backbone reads of a passage: 'text', its own text (punctuation "
                          "included: what a separate dense encoder and the attention reranker read), 'words', its runs "
-                         "of letters and digits only (the term weighting heads' training input), or 'auto', words "
-                         "where heads weigh and text otherwise, the passage states then in a pass of their own "
+                         "of letters and digits only (the term weighting heads' training input; the dense vector then "
+                         "pooled from the heads' pass), or 'auto', words for the heads and text for the dense vector "
+                         "and the passage states, in a second pass over the first windows where there are heads "
                          f"(default: {DEFAULT_INPUT})")
     q = b.add_argument_group("static pruning (passage quality; scored before any component is built)")
     q.add_argument("--prune", metavar="ESTIMATOR:FRACTION", default=None,

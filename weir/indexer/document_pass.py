@@ -81,15 +81,17 @@ class DocumentPass:
 def plan_passes(kinds: Sequence[str], learned: dict, *, encoder=None, states: bool = False,
                 device: str | None = None, threads: int | None = None) -> list[DocumentPass]:
     """The document passes of a build (the in-process build's and each distributed worker's): one forward per window
-    for the heads of ``kinds`` sharing the first head's backbone, which also gives ``encoder`` (the dense encoder, when
-    it is that backbone) its vectors and, when it reads the passages' text, the ``states``; one more pass per other
-    backbone; and, where the heads read words, the states from a pass of their own over the first windows.
+    for the heads of ``kinds`` sharing the first head's backbone; one more pass per other backbone; ``encoder`` (the
+    dense encoder, when it is that backbone) and the ``states`` take a pass that reads the passages' text: the heads'
+    when they read it, else one of their own over the first windows.
 
     ``learned``: the build's learned settings (model directories, ``input``: ``auto``, ``text`` or ``words``,
     ``backend``, ``batch_size``). ``auto`` reads what the heads were trained on (their card's ``input``; words for the
     shipped ones: on the text input they lost 0.006 nDCG@10 on SciFact and 0.014 on CACM, significant;
-    ``research/pass_input.py``) and the text where no head weighs (the dense encoder's and the attention reranker's
-    input)."""
+    ``research/pass_input.py``), and the text for the dense vector and the states (what a separate encoder and the
+    attention reranker read), in one more pass where the heads read words: the dense vector pooled from the words
+    window lost 0.042 nDCG@10 on the DL pool against a separate pass (p 0.001; hybrid 0.028, p 0.02), stop 61.
+    ``words`` gives the dense vector the heads' pass too (one pass, those figures)."""
     from weir.core.runtime import resolve_model
     from weir.indexer.weighting.build import model_path, same_backbone
     from weir.indexer.weighting.backbone import MAX_LENGTH, Backbone
@@ -117,8 +119,15 @@ def plan_passes(kinds: Sequence[str], learned: dict, *, encoder=None, states: bo
                                             threads=threads, backend=learned.get("backend"),
                                             max_length=encoder.passage_max_length if encoder is not None
                                             else MAX_LENGTH, input=text_input), {}))
-    if passes and encoder is not None and shares_backbone(encoder, passes[0].backbone):
-        passes[0].encoder = encoder
+    if encoder is not None:  # the dense vector reads the text a separate encoder reads (words only when asked)
+        at = next((p for p in passes if p.backbone.input == text_input and shares_backbone(encoder, p.backbone)), None)
+        if at is None and choice == "auto" and any(shares_backbone(encoder, p.backbone) for p in passes):
+            at = DocumentPass(Backbone(encoder.model_path, device=device, threads=threads,
+                                       backend=learned.get("backend"), max_length=encoder.passage_max_length,
+                                       input="text"), {})
+            passes.append(at)
+        if at is not None:
+            at.encoder = encoder
     if states:
         at = next((p for p in passes if p.backbone.input == "text" and p.backbone.max_length == MAX_LENGTH
                    and p.backbone.path == resolve_model(None)), None)
