@@ -68,7 +68,7 @@ document taking arrays rather than the index and query tuples: 2.58 and 7.16 (a 
 a lookup computes; why, within numba, was not examined); a lookup's blocks found by galloping and bisection: 2.63
 against 2.76 and 7.58 against 7.82; the id rank read only for a document reaching the k-th score: 2.82 against 3.44;
 the k-th score started at the floor of the query's terms (the 10th/100th/1000th largest block maximum; stop 61):
-2.67 against 2.79 and 7.49 against 8.60 (1M: 0.43 against 0.50, 1.53 against 1.96). Not kept: skipping an essential
+2.55 against 2.58 and 6.92 against 7.41 (1M: 0.42/0.43, 1.45/1.70; order alternated). Not kept: skipping an essential
 posting's score when the essential terms' block maxima at the document cannot bring it in (1M, k=10: 1.02 against
 0.97 ms), lookups term by term over a window's sorted candidates (1M: no change), Lucene-style windows over the
 essential terms' current blocks (8.8M: 2.71 against 2.68). Through the default policy

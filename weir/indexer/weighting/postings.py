@@ -1,9 +1,10 @@
 """The postings arrays of the components weir weights itself (``deepct``, ``deepimpact``), written from the weighted
 term stream that Lucene indexed, instead of read back from Lucene through Java a posting at a time
 (:func:`weir.indexer.postings.export`): issue 51's build that streams. SciFact's and ArguAna's components (513k and
-729k postings) took 0.21-0.36 s, the export of the same components 0.96-2.47 s (two runs, the same stream). The arrays are the export's, bit for
-bit (tested against it), and each build checks them against Lucene's own statistics of the field. The postings are
-gathered in memory as numbers (12 bytes each, each term once), then sorted by term and document.
+729k postings) took 0.21-0.36 s, the export of the same components 0.96-2.47 s (two runs, the same stream). The
+arrays are the export's, bit for bit (tested against it), and each build checks them against Lucene's own statistics
+of the field. The postings are gathered in memory as numbers (12 bytes each, each term once), then sorted by term and
+document.
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ class StreamedPostings:
 
     def add(self, docid: str, terms: list[str], counts: np.ndarray) -> None:
         """One document's terms and frequencies (those below 1 left out, as Lucene is given them)."""
-        kept = np.flatnonzero(np.asarray(counts) >= 1)
+        counts = np.asarray(counts)
+        kept = np.flatnonzero(counts >= 1)
         if len(kept):
             self.terms.extend([self.ids.setdefault(terms[i], len(self.ids)) for i in kept])
             self.docs.extend([len(self.docids)] * len(kept))
-            self.freqs.extend(np.asarray(counts)[kept].tolist())
+            self.freqs.extend(counts[kept].tolist())
             self.docids.append(docid)
 
     def write(self, lucene_path: Path, field: str = FIELD) -> dict:
