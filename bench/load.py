@@ -96,6 +96,13 @@ the 99th percentile of admitted calls' actual over expected time, estimated as t
 14/984 and 25/1004, 0.82x the answers). Neither moves the bursts: what the server cannot foresee is a batch slowed
 by the client processes and the other worker on the same 2 cores.
 
+One batch worker instead of two (2026-12-07, stop 62, this machine; `--pipelines "hybrid>>ltr" -k 10 --timeout 0.2
+--concurrency 1,32 --seconds 10 --rounds 2 --compare "--workers 1" ""`): at 32 callers 127.0 and 121.2 OK/s against
+102.3 and 103.5 (1.2x the answers: the two workers contend for the GIL and the cores the clients use), but 14/1307 and
+45/1290 admitted calls expired against 8/1038 and 26/1066, and the server's refusal p99 128.2 and 147.3 ms (18 and 23
+sheds) against 0.5 and 0.5 (7 and 5). Not kept: a lone worker answers more by packing its queue to the deadline,
+where any slow batch expires or sheds what waits behind it. One caller: 78.3/89.8 against 76.6/91.2 OK/s.
+
 Goodput against offered load (d85ba67, `--offered 0.5,1,2,4,8 --seconds 8 --compare` as above; OK/s over the
 one-caller capacity, before -> after): bm25 k=1000 with text, 200 ms: 2x 0.62 -> 1.17, 4x 0.01 -> 1.13, 8x 0.01 ->
 0.84; hybrid>>ltr k=10, 200 ms: 2x 2.00 -> 1.97, 4x 0.04 -> 1.49, 8x 0.04 -> 1.28; bm25>>attention depth 20, 1 s:

@@ -289,10 +289,10 @@ def test_members_may_each_train_on_a_share_of_the_queries(monkeypatch):
     config = TrainConfig(sets=[], out="", rounds=10, inner_folds=3, seed=5, rounds_rule="best", members=3,
                          member_queries=0.5)
     pools = [set(ex.qids) for ex in sets]
-    samples = [[member_sample(config, s, j, pool) for j, pool in enumerate(pools)] for s in member_seeds(config)]
+    samples = [[member_sample(config, m, j, pool, 2) for j, pool in enumerate(pools)] for m in range(3)]
     assert all(len(sample[0]) == 12 and sample[0] <= pools[0] for sample in samples)
-    assert samples[0][0] != samples[1][0] and samples[0] == [member_sample(config, 5, j, p) for j, p in enumerate(pools)]
-    assert member_sample(TrainConfig(sets=[], out=""), 5, 0, pools[0]) == pools[0]
+    assert samples[0][0] != samples[1][0] and samples[0] == [member_sample(config, 0, j, p, 2) for j, p in enumerate(pools)]
+    assert member_sample(TrainConfig(sets=[], out=""), 0, 0, pools[0], 2) == pools[0]
     fitted = {}  # the final fits: seed -> rows trained on
 
     def fit(parts, *args, seed, **kwargs):
@@ -307,3 +307,54 @@ def test_members_may_each_train_on_a_share_of_the_queries(monkeypatch):
     for share in (0, 1.5):
         with pytest.raises(Exception, match="member_queries"):
             TrainConfig(sets=[], out="", member_queries=share)
+
+
+def test_members_may_each_leave_a_training_set_out(monkeypatch):
+    """member_sets: member m never sees set m mod the number of sets, in its inner folds or its final fit, so the
+    members differ in the collections they saw; its inner folds still validate that set's queries (a booster that never
+    saw any of them), so every judged row keeps one out-of-fold score per member for the risk's choice."""
+    from weir.training.ltr import TrainConfig
+    from weir.training.ltr.config import left_out_set, member_sample
+    from weir.training.ltr import trainer
+    from weir.training.ltr.risk import out_of_fold
+    from weir.training.ltr.rounds import rounds_by_cv
+
+    sets = [_examples(3, 24), _examples(4, 9, prefix="small")]
+    pools = [set(ex.qids) for ex in sets]
+    config = TrainConfig(sets=[], out="", rounds=10, inner_folds=3, seed=5, rounds_rule="best", members=3,
+                         member_sets=True)
+    assert [left_out_set(config, m, 2) for m in range(3)] == [0, 1, 0]
+    assert [[member_sample(config, m, j, p, 2) for j, p in enumerate(pools)] for m in range(3)] == [
+        [set(), pools[1]], [pools[0], set()], [set(), pools[1]]]
+    seen = []  # per fit: the rows trained on
+
+    def fit(parts, *args, **kwargs):
+        seen.append(sum(len(p[0]) for p in parts))
+        return real(parts, *args, **kwargs)
+
+    real = trainer.fit
+    monkeypatch.setattr(trainer, "fit", fit)
+    trainer.fit_on(sets, pools[0], config, FEATURES)
+    judged = [len(ex.rows(pool)[0]) for ex, pool in zip(sets, pools)]
+    assert seen == [judged[1], judged[0], judged[1]]  # the final fits: each member without its left-out set
+    from weir.training.ltr import rounds as rounds_module
+
+    inner = []  # per inner fit: the rows of each set trained on
+
+    def inner_fit(parts, *args, **kwargs):
+        inner.append([len(p[0]) for p in parts])
+        return real_inner(parts, *args, **kwargs)
+
+    real_inner = rounds_module.fit
+    monkeypatch.setattr(rounds_module, "fit", inner_fit)
+    fits: list = []
+    rounds, _, _ = rounds_by_cv(sets, pools[0], config, FEATURES, fits)
+    for (m, _, validated), rows in zip(fits, inner):  # no inner fold of a member trains on its left-out set ...
+        assert rows[m % 2] == 0 and rows[1 - m % 2] > 0
+        assert [j for j, _ in validated] == [0, 1]  # ... and each validates both sets' queries of its fold
+    for ex, scores in zip(sets, out_of_fold(sets, fits, 3, rounds)):
+        assert not np.isnan(scores[:, ex.rows(set(ex.qids))[0]]).any()
+    with pytest.raises(Exception, match="at least 2 members"):
+        TrainConfig(sets=[], out="", member_sets=True)
+    with pytest.raises(Exception, match="at least 2 sets"):
+        left_out_set(config, 0, 1)

@@ -46,6 +46,10 @@ class TrainConfig:
     # the share of each set's training queries each member trains on, drawn by its seed (member_sample): below 1,
     # the members differ in the queries they saw, and their spread measures what the training data leave open
     member_queries: float = 1.0
+    # each member leaves one training set out (member m: set m mod the number of sets; member_sample), so the members
+    # differ in the collections they saw and their spread measures what the choice of collections leaves open: a
+    # move on a collection none of them saw that only some collections taught
+    member_sets: bool = False
     risk_alpha: float = RISK_ALPHA  # the URisk alpha the risk is chosen by
     command: list[str] = field(default_factory=list)
 
@@ -57,6 +61,9 @@ class TrainConfig:
         if not 0 < self.member_queries <= 1:
             raise InputError(f"member_queries is a share of the training queries, in (0, 1] (got "
                              f"{self.member_queries})")
+        if self.member_sets and self.members < 2:
+            raise InputError(f"member_sets leaves one training set out of each member and needs at least 2 members "
+                             f"(got {self.members})")
         if not self.risk_alpha >= 0:
             raise InputError(f"risk_alpha must be at least 0 (got {self.risk_alpha})")
 
@@ -67,12 +74,25 @@ def member_seeds(config: TrainConfig) -> list[int]:
     return seeds_of_members(config.seed, config.members)
 
 
-def member_sample(config: TrainConfig, seed: int, j: int, pool: set[str]) -> set[str]:
-    """The training queries of set ``j`` (of ``pool``) that the member of ``seed`` trains on: a ``member_queries``
-    share drawn by its seed (all of them at 1)."""
+def member_sample(config: TrainConfig, member: int, j: int, pool: set[str], sets: int) -> set[str]:
+    """The training queries of set ``j`` (of ``pool``; ``sets`` training sets in all) that member ``member`` trains
+    on: none when ``member_sets`` leaves that set out of it (:func:`left_out_set`), else a ``member_queries`` share
+    drawn by its seed (all of them at 1)."""
+    if j == left_out_set(config, member, sets):
+        return set()
     if config.member_queries >= 1:
         return pool
-    return split(sorted(pool), 1 - config.member_queries, seed + 500 + j)[0]
+    return split(sorted(pool), 1 - config.member_queries, member_seeds(config)[member] + 500 + j)[0]
+
+
+def left_out_set(config: TrainConfig, member: int, sets: int) -> int | None:
+    """The training set member ``member`` never sees with ``member_sets`` (``member`` mod ``sets``), else None;
+    refused over a single set."""
+    if not config.member_sets:
+        return None
+    if sets < 2:
+        raise InputError("member_sets leaves one training set out of each member and needs at least 2 sets (--also)")
+    return member % sets
 
 
 def booster_params(config: TrainConfig, features: Sequence[str]) -> dict:

@@ -66,7 +66,7 @@ def rounds_by_cv(data: list[Examples], main_keep: set[str], config: TrainConfig,
         for k, (train, valid) in enumerate(inner_keeps(data, main_keep, config, seed)):
             if len(by_fold) <= k:
                 by_fold.append([])
-            train_parts = [data[j].select(member_sample(config, seed, j, q)) for j, q in train]
+            train_parts = [data[j].select(member_sample(config, m, j, q, len(data))) for j, q in train]
             valid_parts = [data[j].select(q) for j, q in valid]
             if not any(p[2] for p in valid_parts) or not any(p[2] for p in train_parts):
                 continue

@@ -45,9 +45,9 @@ def fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, featu
         inner_fits: list = []
         rounds, inner, detail = rounds_by_cv(data, main_keep, config, features, inner_fits)
         pools = training_pools(data, main_keep)
-        fits = [fit([ex.select(member_sample(config, seed, j, pool)) for j, (ex, pool) in enumerate(zip(data, pools))],
-                    [], features, params=booster_params(config, features), rounds=max(rounds, 1), seed=seed,
-                    init_col=init_column(config, features)) for seed in (seeds if rounds else seeds[:1])]
+        fits = [fit(_member_parts(data, config, m, pools), [], features, params=booster_params(config, features),
+                    rounds=max(rounds, 1), seed=seed, init_col=init_column(config, features))
+                for m, seed in enumerate(seeds if rounds else seeds[:1])]
         info = fits[0][1]
         info.update({"best_iteration": rounds, "rounds": rounds, "inner_cv_ndcg@10": round(inner, 4),
                      "inner_folds": len(data) if config.inner_by == "sets" else config.inner_folds,
@@ -62,15 +62,21 @@ def fit_on(data: list[Examples], main_keep: set[str], config: TrainConfig, featu
         tr, va = split(sorted(pool), config.val_fraction, config.seed + j)
         train_pools.append(tr)
         valid_parts.append(ex.select(va))
-    fits = [fit([ex.select(member_sample(config, seed, j, tr)) for j, (ex, tr) in enumerate(zip(data, train_pools))],
-                valid_parts, features, params=booster_params(config, features), rounds=config.rounds,
-                early_stopping=config.early_stopping, seed=seed, init_col=init_column(config, features))
-            for seed in seeds]
+    fits = [fit(_member_parts(data, config, m, train_pools), valid_parts, features,
+                params=booster_params(config, features), rounds=config.rounds, early_stopping=config.early_stopping,
+                seed=seed, init_col=init_column(config, features))
+            for m, seed in enumerate(seeds)]
     info = fits[0][1]
     if len(fits) > 1:
         info.update({"members": len(fits), "member_best_iterations": [i["best_iteration"] for _, i in fits],
                      "valid_ndcg@10": None, "risk": config.risk or 0.0})
     return [b for b, _ in fits], info
+
+
+def _member_parts(data: list[Examples], config: TrainConfig, member: int, pools: list[set[str]]) -> list:
+    """The rows member ``member`` trains on, per set (of each set's ``pools``): :func:`member_sample`'s queries."""
+    return [ex.select(member_sample(config, member, j, pool, len(data)))
+            for j, (ex, pool) in enumerate(zip(data, pools))]
 
 
 def _risk(data: list[Examples], main_keep: set[str], config: TrainConfig, features, inner_fits: list,
@@ -163,6 +169,7 @@ def _card(config: TrainConfig, data: list[Examples]) -> dict:
                     "monotone": config.monotone,
                     "early_stopping": config.early_stopping, "val_fraction": config.val_fraction,
                     "seed": config.seed, "members": config.members, "member_seeds": member_seeds(config),
+                    "member_queries": config.member_queries, "member_sets": config.member_sets,
                     "risk": config.risk, "risk_alpha": config.risk_alpha})
 
 
