@@ -98,10 +98,16 @@ by the client processes and the other worker on the same 2 cores.
 
 One batch worker instead of two (2026-12-07, stop 62, this machine; `--pipelines "hybrid>>ltr" -k 10 --timeout 0.2
 --concurrency 1,32 --seconds 10 --rounds 2 --compare "--workers 1" ""`): at 32 callers 127.0 and 121.2 OK/s against
-102.3 and 103.5 (1.2x the answers: the two workers contend for the GIL and the cores the clients use), but 14/1307 and
-45/1290 admitted calls expired against 8/1038 and 26/1066, and the server's refusal p99 128.2 and 147.3 ms (18 and 23
-sheds) against 0.5 and 0.5 (7 and 5). Not kept: a lone worker answers more by packing its queue to the deadline,
-where any slow batch expires or sheds what waits behind it. One caller: 78.3/89.8 against 76.6/91.2 OK/s.
+102.3 and 103.5 (1.2x the answers), but 14/1307 and 45/1290 admitted calls expired against 8/1038 and 26/1066, and
+the server's refusal p99 128.2 and 147.3 ms (18 and 23 sheds) against 0.5 and 0.5 (7 and 5). Not kept: a lone worker
+answers more by packing its queue to the deadline, where any slow batch expires or sheds what waits behind it. One
+caller: 78.3/89.8 against 76.6/91.2 OK/s. Nor are the slow batches the query encoder's threads oversubscribing the
+cores: with one inference thread (`--baseline-weir "env WEIR_TORCH_THREADS=1 .venv/bin/python -m weir"`, the same
+flags otherwise) 16/1035 and 24/1064 expired against 13/1059 and 22/1055, 1.01x the answers. A wider margin does not
+stop them either (`--compare "--admit-sigmas 4" "--admit-sigmas 3"`, 3 rounds): at 4 sigmas 28/935, 8/892 and 22/919
+expired, at 3 0/1012, 34/1004 and 7/979 (at the default 2, the default sides of the two comparisons above: 8/1038,
+26/1066, 13/1059, 22/1055); 4 sigmas gave 0.90x the answers of 3. The server's OK p99 stays 195-198 ms at every
+margin: a batch that runs twice its usual time overruns any margin the mean and spread give.
 
 Goodput against offered load (d85ba67, `--offered 0.5,1,2,4,8 --seconds 8 --compare` as above; OK/s over the
 one-caller capacity, before -> after): bm25 k=1000 with text, 200 ms: 2x 0.62 -> 1.17, 4x 0.01 -> 1.13, 8x 0.01 ->
