@@ -46,3 +46,42 @@ def test_each_ltr_model_is_above_the_stages_it_reranks(index_factory, monkeypatc
     assert ndcg["bm25>>ltr"] > max(ndcg["bm25"], ndcg["dense"]) + 0.02 and ndcg["bm25>>ltr"] > 0.52
     assert ndcg["hybrid>>ltr"] > ndcg["hybrid"] and ndcg["hybrid>>ltr"] > 0.555
     assert ndcg["ltr-members"] > ndcg["hybrid"] and ndcg["ltr-members"] > 0.56  # the seed ensemble ranking by risk
+
+
+def test_the_text_features_of_real_candidates_are_the_definitions(index_factory):
+    """SciFact (titles, long abstracts): 60 test queries x their BM25 top 100, every text feature the extractor puts
+    in the matrix (the compiled kernel over cached token ids) equals the Python definition over the analyzed terms,
+    cast to float32 as the matrix is; the extractor's second pass, from its cache, gives the same matrix."""
+    import numpy as np
+
+    from weir.core.trec import read_topics
+    from weir.indexer.index_dir import Index
+    from weir.ranker import registry
+    from weir.ranker.rerankers.ltr_features import FEATURES, FeatureExtractor
+    from weir.ranker.rerankers.text_features import TEXT_FEATURES
+    from tests.ranker.rerankers.test_ltr import reference_pair_features
+
+    index = Index(index_factory("beir-scifact"))
+    topics = read_topics(collection("beir-scifact") / "queries.tsv")[:60]
+    run = registry.build("bm25", index)(topics, k=100)
+    fx = FeatureExtractor(index)
+    X, rows = fx.extract(topics, run, 100)
+    assert np.array_equal(fx.extract(topics, run, 100)[0], X, equal_nan=True)
+    texts = {q.id: q.text for q in topics}
+    docs = index.documents([h.doc_id for q in topics for h in run.top(q.id, 100)])
+    analyzed = {d: (fx.lucene.analyze(doc.contents), fx.lucene.analyze(doc.title)) for d, doc in docs.items()}
+    cols = [FEATURES.index(n) for n in ("query_len", *TEXT_FEATURES)]
+    compared = 0
+    for q in topics:
+        hits = run.top(q.id, 100)
+        q_terms = fx.lucene.analyze(texts[q.id])
+        idf = {t: fx.lucene.idf(t) for t in q_terms}
+        lens = [len(analyzed[h.doc_id][1]) for h in hits]
+        avg_title = sum(lens) / len(lens) if any(lens) else 1.0
+        for i, h in enumerate(hits):
+            want = reference_pair_features(q_terms, *analyzed[h.doc_id], idf, avg_title)
+            row = rows.index((q.id, i))
+            expected = np.asarray([want[n] for n in ("query_len", *TEXT_FEATURES)], dtype=np.float32)
+            assert np.array_equal(X[row, cols], expected), (q.id, h.doc_id)
+            compared += 1
+    assert compared == 6000

@@ -9,14 +9,88 @@ import math
 import numpy as np
 import pytest
 
-from weir.ranker.rerankers.ltr_features import FEATURES, bm25_idf, min_span, pair_features
+from collections import Counter
+
+from hypothesis import given, settings, strategies as st
+
+from weir.ranker.rerankers.ltr_features import FEATURES, K1, B, bm25_idf
+from weir.ranker.rerankers.text_features import TEXT_FEATURES, text_features
 from weir.core.types import Hit, InputError, Query, Run
 
 
+def reference_min_span(positions: dict[str, list[int]]) -> int:
+    """The definition: the length (in tokens) of the shortest window holding a position of every term given."""
+    events = sorted((p, t) for t, ps in positions.items() for p in ps)
+    need, have, best, left = len(positions), Counter(), math.inf, 0
+    for pos, term in events:
+        have[term] += 1
+        while len(have) == need:
+            best = min(best, pos - events[left][0] + 1)
+            lt = events[left][1]
+            have[lt] -= 1
+            if not have[lt]:
+                del have[lt]
+            left += 1
+    return int(best) if best != math.inf else 0
+
+
+def reference_pair_features(q_terms, doc_terms, title_terms, idf, avg_title_len) -> dict[str, float]:
+    """The definition of the text features of one pair, in Python over terms (what the compiled kernel must give,
+    float for float; it computed them in weir until stop 62)."""
+    def bm25_term(tf, idf_, length, avg_length, k1=K1, b=B):
+        return 0.0 if tf <= 0 else idf_ * tf / (tf + k1 * (1.0 - b + b * length / max(avg_length, 1e-9)))
+
+    unique = list(dict.fromkeys(q_terms))
+    doc_tf, title_tf = Counter(doc_terms), Counter(title_terms)
+    matched = [t for t in unique if doc_tf[t]]
+    idfs = [idf[t] for t in unique]
+    idf_total = sum(idfs)
+    out = {
+        "query_len": float(len(q_terms)), "doc_len": float(len(doc_terms)), "title_len": float(len(title_terms)),
+        "coverage": len(matched) / len(unique) if unique else 0.0,
+        "idf_coverage": sum(idf[t] for t in matched) / idf_total if idf_total > 0 else 0.0,
+        "matched_tf": sum(doc_tf[t] for t in unique) / len(doc_terms) if doc_terms else 0.0,
+        "idf_sum": idf_total, "idf_max": max(idfs, default=0.0), "idf_mean": idf_total / len(unique) if unique else 0.0,
+        "matched_idf_max": max((idf[t] for t in matched), default=0.0),
+        "title_coverage": sum(1 for t in unique if title_tf[t]) / len(unique) if unique else 0.0,
+        "title_bm25": sum(bm25_term(title_tf[t], idf[t], len(title_terms), avg_title_len) for t in q_terms)
+        if title_terms else 0.0,
+    }
+    positions: dict[str, list[int]] = {}
+    for i, t in enumerate(doc_terms):
+        if t in set(matched):
+            positions.setdefault(t, []).append(i)
+    out["min_span"] = len(matched) / reference_min_span(positions) if len(matched) >= 2 else 0.0
+    bigrams = list(zip(q_terms, q_terms[1:]))
+    doc_bigrams = set(zip(doc_terms, doc_terms[1:]))
+    out["bigram_match"] = sum(1 for bg in bigrams if bg in doc_bigrams) / len(bigrams) if bigrams else 0.0
+    return out
+
+
+def kernel_pair_features(q_terms, docs, idf, avg_title_len) -> list[dict[str, float]]:
+    """The compiled kernel's features of one query's candidates (``docs``: (terms, title terms) each), over token ids
+    made here (a query term no document has: a negative id, as weir.ranker.rerankers.text_features.Tokens gives)."""
+    vocab: dict[str, int] = {}
+    ids = [(np.asarray([vocab.setdefault(t, len(vocab)) for t in d], dtype=np.int32),
+            np.asarray([vocab.setdefault(t, len(vocab)) for t in ti], dtype=np.int32)) for d, ti in docs]
+    unique = list(dict.fromkeys(q_terms))
+    at = {t: j for j, t in enumerate(unique)}
+
+    def joined(arrays):
+        return (np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32),
+                np.concatenate([[0], np.cumsum([len(a) for a in arrays])]).astype(np.int64))
+
+    out = text_features(*joined([d for d, _ in ids]), *joined([t for _, t in ids]),
+                        np.asarray([vocab.get(t, -2 - j) for j, t in enumerate(unique)], dtype=np.int64),
+                        np.asarray([idf[t] for t in unique], dtype=np.float64),
+                        np.asarray([at[t] for t in q_terms], dtype=np.int64), avg_title_len, K1, B)
+    return [dict(zip(TEXT_FEATURES, row.tolist())) for row in out]
+
+
 def test_min_span():
-    assert min_span({"a": [0, 9], "b": [5]}) == 5  # [5, 9]
-    assert min_span({"a": [0], "b": [1], "c": [7]}) == 8
-    assert min_span({"a": [3]}) == 1
+    assert reference_min_span({"a": [0, 9], "b": [5]}) == 5  # [5, 9]
+    assert reference_min_span({"a": [0], "b": [1], "c": [7]}) == 8
+    assert reference_min_span({"a": [3]}) == 1
 
 
 def test_pair_features_by_hand():
@@ -24,19 +98,37 @@ def test_pair_features_by_hand():
     q = ["appl", "banana", "kiwi"]
     doc = ["appl", "pie", "appl", "banana", "split", "banana"]
     title = ["appl", "pie"]
-    f = pair_features(q, doc, title, idf, avg_title_len=4.0)
-    assert f["query_len"] == 3 and f["doc_len"] == 6 and f["title_len"] == 2
-    assert f["coverage"] == pytest.approx(2 / 3)
-    assert f["idf_coverage"] == pytest.approx(3 / 6)
-    assert f["matched_tf"] == pytest.approx(4 / 6)
-    assert (f["idf_sum"], f["idf_max"], f["idf_mean"], f["matched_idf_max"]) == (6.0, 3.0, 2.0, 2.0)
-    assert f["title_coverage"] == pytest.approx(1 / 3)
-    # title BM25 (k1=0.9, b=0.4): only "appl" (tf 1) matches; length 2, average 4
-    assert f["title_bm25"] == pytest.approx(1.0 * 1 / (1 + 0.9 * (1 - 0.4 + 0.4 * 2 / 4)))
-    # shortest window holding appl and banana: positions 2..3 -> 2 tokens; 2 matched terms / 2
-    assert f["min_span"] == pytest.approx(1.0)
-    # query bigrams (appl, banana) present, (banana, kiwi) not
-    assert f["bigram_match"] == pytest.approx(0.5)
+    for f in (reference_pair_features(q, doc, title, idf, avg_title_len=4.0),
+              {"query_len": 3.0, **kernel_pair_features(q, [(doc, title)], idf, 4.0)[0]}):
+        assert f["query_len"] == 3 and f["doc_len"] == 6 and f["title_len"] == 2
+        assert f["coverage"] == pytest.approx(2 / 3)
+        assert f["idf_coverage"] == pytest.approx(3 / 6)
+        assert f["matched_tf"] == pytest.approx(4 / 6)
+        assert (f["idf_sum"], f["idf_max"], f["idf_mean"], f["matched_idf_max"]) == (6.0, 3.0, 2.0, 2.0)
+        assert f["title_coverage"] == pytest.approx(1 / 3)
+        # title BM25 (k1=0.9, b=0.4): only "appl" (tf 1) matches; length 2, average 4
+        assert f["title_bm25"] == pytest.approx(1.0 * 1 / (1 + 0.9 * (1 - 0.4 + 0.4 * 2 / 4)))
+        # shortest window holding appl and banana: positions 2..3 -> 2 tokens; 2 matched terms / 2
+        assert f["min_span"] == pytest.approx(1.0)
+        # query bigrams (appl, banana) present, (banana, kiwi) not
+        assert f["bigram_match"] == pytest.approx(0.5)
+
+
+WORDS = st.sampled_from(["a", "b", "c", "d", "e", "f", "g"])  # few, so that terms repeat and match
+
+
+@settings(max_examples=300, deadline=None)
+@given(q=st.lists(WORDS, max_size=8),
+       docs=st.lists(st.tuples(st.lists(WORDS, max_size=40), st.lists(WORDS, max_size=5)), min_size=1, max_size=6),
+       idf=st.lists(st.floats(0.01, 12.0), min_size=7, max_size=7), avg_title=st.floats(0.5, 6.0))
+def test_the_compiled_text_features_are_the_definitions_float_for_float(q, docs, idf, avg_title):
+    """Generated queries (repeated terms, terms no document has, none at all) and candidates (empty texts and
+    titles): every text feature of the kernel equals the Python definition's exactly."""
+    idf_of = dict(zip("abcdefg", idf))
+    got = kernel_pair_features(q, docs, idf_of, avg_title)
+    for (doc, title), row in zip(docs, got):
+        want = reference_pair_features(q, doc, title, idf_of, avg_title)
+        assert row == {n: float(want[n]) for n in TEXT_FEATURES}
 
 
 def test_features_of_tiny_index_by_hand(tiny_index):
