@@ -109,6 +109,24 @@ expired, at 3 0/1012, 34/1004 and 7/979 (at the default 2, the default sides of 
 26/1066, 13/1059, 22/1055); 4 sigmas gave 0.90x the answers of 3. The server's OK p99 stays 195-198 ms at every
 margin: a batch that runs twice its usual time overruns any margin the mean and spread give.
 
+What did stop them: the LTR features compiled (88f506e, stop 62; `weir/ranker/rerankers/text_features.py`). Their
+text features had been Python, a pair at a time, holding the GIL for about 3.5 ms of a hybrid>>ltr query's 7.5, so
+the two batch workers ran their Python one at a time and a batch's time hung on what the other worker was doing.
+Compiled, with the GIL released, side by side against 9ee5214 (`--compare "" "" --baseline-weir "env
+PYTHONPATH=BEFORE .venv/bin/python -P -m weir"`, 3 rounds, hybrid>>ltr k=10, 200 ms deadlines):
+
+    callers  OK/s, before -> after                    expired / admitted, before -> after        server refusal p99
+    1        74.5, 90.1, 88.4 -> 120.7, 139.7, 147.0   0 -> 0                                     -
+    32       99.5, 100.7, 99.7 -> 299.0, 306.5, 307.0  38/1037, 27/1036, 25/1026 -> 0/2999,     0.5, 0.5, 0.5 ->
+                                                       0/3065, 0/3070                             39.4, 0.5, 0.5 ms
+
+(1.62x the answers of one caller, 3.04x at 32: the workers now run in parallel.) An A/A run after it (`--compare ""
+""`, 2 rounds): 32 callers 293.9, 301.4, 291.4, 303.4 OK/s (one caller 120.1-146.7), 0/2940, 0/3014, 0/2916 and
+0/3034 expired, the server's refusal p99 0.5 ms in all four. The 39.4 ms cell: 9 sheds among its 283 refusals
+(refusals are fewer now, so a few sheds make their 99th percentile). bm25 k=1000 with text, A/A at 9ee5214 (its path
+has no LTR features), 2 rounds: 32 callers 99.8, 97.8, 101.3, 103.1 OK/s (one caller 96.8-97.9), 0 expired of
+1009, 990, 1023 and 1041 admitted, the server's refusal p99 0.5 ms in all four.
+
 Goodput against offered load (d85ba67, `--offered 0.5,1,2,4,8 --seconds 8 --compare` as above; OK/s over the
 one-caller capacity, before -> after): bm25 k=1000 with text, 200 ms: 2x 0.62 -> 1.17, 4x 0.01 -> 1.13, 8x 0.01 ->
 0.84; hybrid>>ltr k=10, 200 ms: 2x 2.00 -> 1.97, 4x 0.04 -> 1.49, 8x 0.04 -> 1.28; bm25>>attention depth 20, 1 s:
