@@ -72,6 +72,15 @@ def _positions(tokens, order, sorted_unique):
 
 
 @numba.njit(nogil=True, cache=True)
+def _count(where, tf):
+    """``tf``: how often each unique query term occurs among the tokens (``where``: their positions among them)."""
+    tf[:] = 0
+    for p in range(len(where)):
+        if where[p] >= 0:
+            tf[where[p]] += 1
+
+
+@numba.njit(nogil=True, cache=True)
 def _min_span(where, n_matched, u):
     """The length of the shortest window of tokens holding every matched query term (``where``: each token's
     position among the unique query terms, -1 for others); 0 when there is none."""
@@ -118,15 +127,8 @@ def text_features(docs, doc_bounds, titles, title_bounds, unique, idf, seq, avg_
         doc = docs[doc_bounds[i]:doc_bounds[i + 1]]
         title = titles[title_bounds[i]:title_bounds[i + 1]]
         where = _positions(doc, order, sorted_unique)
-        tf[:] = 0
-        title_tf[:] = 0
-        for p in range(len(where)):
-            if where[p] >= 0:
-                tf[where[p]] += 1
-        title_where = _positions(title, order, sorted_unique)
-        for p in range(len(title_where)):
-            if title_where[p] >= 0:
-                title_tf[title_where[p]] += 1
+        _count(where, tf)
+        _count(_positions(title, order, sorted_unique), title_tf)
         n_matched, occurrences, in_title, matched_idf, matched_max = 0, 0, 0, 0.0, 0.0
         for j in range(u):
             occurrences += tf[j]
