@@ -266,6 +266,36 @@ def test_contributions_add_up_to_each_score(members, init_from, rounds):
         assert (parts[:, [i for i, f in enumerate(FEATURES) if f != init_from]] == 0).all()
 
 
+@pytest.mark.parametrize("missing", ["nan", "zero"])
+def test_tree_shap_tables_give_lightgbms_contributions(missing):
+    """The tables' TreeSHAP equals LightGBM's pred_contrib (to 1e-12) for rows with missing values taking each
+    node's default branch (NaN, or zero as missing), repeated features on a path, single-leaf trees; a model whose
+    paths hold more distinct features than the tables take has none (LightGBM's own is used, through the model)."""
+    import lightgbm as lgb
+
+    from weir.ranker.rerankers.ltr import LTRModel
+    from weir.ranker.rerankers.tree_shap import TreeShap
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(400, 6))
+    X[rng.random(X.shape) < 0.2] = np.nan if missing == "nan" else 0.0
+    y = (np.nan_to_num(X[:, 0]) + np.nan_to_num(X[:, 1]) * np.nan_to_num(X[:, 2]) > 0.2).astype(int)
+    params = {"objective": "lambdarank", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 3, "num_leaves": 7,
+              "zero_as_missing": missing == "zero"}
+    booster = lgb.train(params, lgb.Dataset(X, y, group=[40] * 10), num_boost_round=25)
+    rows = np.vstack([X, np.full((1, 6), np.nan), np.zeros((1, 6))])
+    got = TreeShap.of(booster).contributions(rows)
+    np.testing.assert_allclose(got, booster.predict(rows, pred_contrib=True), rtol=0, atol=1e-12)
+    deep = lgb.train({**params, "num_leaves": 64, "min_data_in_leaf": 1},
+                     lgb.Dataset(rng.normal(size=(400, 20)), rng.random(400) > 0.5, group=[40] * 10),
+                     num_boost_round=3)
+    assert TreeShap.of(deep) is None  # some path splits on more than MAX_PATH_FEATURES distinct features
+    model = LTRModel([deep], FEATURES[:20], {"kind": "ltr"})
+    Xd = rng.normal(size=(30, 20))
+    assert model._tree_shap() == [None]
+    np.testing.assert_allclose(model.contributions(Xd), deep.predict(Xd, pred_contrib=True), rtol=0, atol=0)
+
+
 def test_top_reasons_name_the_largest_parts_and_add_up():
     from weir.core.hits import DocIds, Ranked
 
