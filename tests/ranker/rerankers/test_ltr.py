@@ -296,6 +296,44 @@ def test_tree_shap_tables_give_lightgbms_contributions(missing):
     np.testing.assert_allclose(model.contributions(Xd), deep.predict(Xd, pred_contrib=True), rtol=0, atol=0)
 
 
+def test_callers_explaining_at_once_make_the_tables_once_and_get_the_same_parts(monkeypatch):
+    """The first explained calls of a server may come together: 8 threads asking a fresh model for contributions at
+    once make each member's TreeSHAP tables once and all get the parts one caller alone gets."""
+    import threading
+
+    import lightgbm as lgb
+
+    from weir.ranker.rerankers import tree_shap
+    from weir.ranker.rerankers.ltr import LTRModel
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, len(FEATURES)))
+    boosters = [lgb.train({"objective": "lambdarank", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5,
+                           "num_leaves": 7, "seed": s}, lgb.Dataset(X, X[:, 0] > 0, group=[20] * 3),
+                          num_boost_round=8) for s in range(2)]
+    alone = LTRModel(boosters, FEATURES, {"kind": "ltr"}).contributions(X)
+    made = []
+    real = tree_shap.TreeShap.of
+
+    def counted(booster, num_iteration=None):
+        made.append(booster)
+        return real(booster, num_iteration)
+
+    monkeypatch.setattr(tree_shap.TreeShap, "of", staticmethod(counted))
+    model, start, got = LTRModel(boosters, FEATURES, {"kind": "ltr"}), threading.Barrier(8), [None] * 8
+
+    def ask(i):
+        start.wait()
+        got[i] = model.contributions(X)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 2 and all(np.array_equal(g, alone) for g in got)
+
+
 def test_top_reasons_name_the_largest_parts_and_add_up():
     from weir.core.hits import DocIds, Ranked
 
