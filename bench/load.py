@@ -110,7 +110,7 @@ expired, at 3 0/1012, 34/1004 and 7/979 (at the default 2, the default sides of 
 margin: a batch that runs twice its usual time overruns any margin the mean and spread give.
 
 What did stop them: the LTR features compiled (88f506e, stop 62; `weir/ranker/rerankers/text_features.py`). Their
-text features had been Python, a pair at a time, holding the GIL for about 3.5 ms of a hybrid>>ltr query's 7.5, so
+text features had been Python, a pair at a time, holding the GIL for some 3.2 ms of a hybrid>>ltr query's 7.4, so
 the two batch workers ran their Python one at a time and a batch's time hung on what the other worker was doing.
 Compiled, with the GIL released, side by side against 9ee5214 (`--compare "" "" --baseline-weir "env
 PYTHONPATH=BEFORE .venv/bin/python -P -m weir"`, 3 rounds, hybrid>>ltr k=10, 200 ms deadlines):

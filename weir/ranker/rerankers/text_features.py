@@ -2,8 +2,8 @@
 BM25; defined in :mod:`weir.ranker.rerankers.ltr_features`), from token ids, in one compiled pass per query.
 
 Computed in Python a pair at a time (a ``Counter`` of the document's terms, a set of its bigrams, a dict of
-positions), they took two thirds of the LTR features' time and held the GIL throughout: a `hybrid>>ltr` query spent
-about 3.5 ms of its 7.5 there, while the server's other worker and its event loop waited. Here a document is its
+positions), they took about 60% of the LTR features' time (py-spy) and held the GIL throughout: some 3.2 ms of a
+`hybrid>>ltr` query's 7.4 on SciFact, while the server's other worker and its event loop waited. Here a document is its
 analyzed terms as token ids (:class:`Tokens`: the BM25 component's term ordinals; a term the component does not
 hold gets an id past them, the same for the same string), cached as small arrays instead of lists of strings, and
 every candidate of a query is scored by one numba function that releases the GIL. No library computes these
@@ -56,18 +56,10 @@ class Tokens:
 def _positions(tokens, order, sorted_unique):
     """Each token's position among the unique query terms (-1: not a query term), by binary search."""
     out = np.full(len(tokens), -1, dtype=np.int64)
-    n = len(sorted_unique)
+    at = np.searchsorted(sorted_unique, tokens)
     for i in range(len(tokens)):
-        lo, hi = 0, n
-        t = tokens[i]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if sorted_unique[mid] < t:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < n and sorted_unique[lo] == t:
-            out[i] = order[lo]
+        if at[i] < len(sorted_unique) and sorted_unique[at[i]] == tokens[i]:
+            out[i] = order[at[i]]
     return out
 
 
