@@ -78,11 +78,6 @@ def member_predictions(boosters: Sequence, X: np.ndarray) -> np.ndarray:
     return np.stack([b.predict(X, num_iteration=b.best_iteration or None, num_threads=threads) for b in boosters])
 
 
-def predict_members(boosters: Sequence, X: np.ndarray) -> np.ndarray:
-    """The mean score of the boosters (each up to its best iteration) of rows ``X``."""
-    return member_predictions(boosters, X).mean(axis=0)
-
-
 def risk_adjusted(members: np.ndarray, risk: float) -> tuple[np.ndarray, np.ndarray]:
     """From the members' scores (members, rows): the risk-aware score, mean minus ``risk`` times the spread (the
     members' standard deviation, 0 for one member), and the spread."""

@@ -64,13 +64,6 @@ def bm25_idf(n_docs: int, df: int) -> float:
     return bm25.idf(n_docs, df, log=math.log)
 
 
-def bm25_term(tf: float, idf: float, length: float, avg_length: float, k1: float = K1, b: float = B) -> float:
-    """One term's BM25 weight (Lucene's form, without the (k1 + 1) factor Lucene 9 dropped)."""
-    if tf <= 0:
-        return 0.0
-    return idf * tf / (tf + k1 * (1.0 - b + b * length / max(avg_length, 1e-9)))
-
-
 class LuceneStats:
     """Anserini's analyzer, ``contents`` term statistics and candidate-restricted BM25 over one BM25 index: the
     statistics come from the index's postings and BM25 is scored in process, exactly as Lucene scores it
