@@ -190,6 +190,7 @@ class Profile:
 
     def __enter__(self) -> Profile:
         if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # py-spy writes nothing into a missing directory
             spy = str(Path(sys.executable).parent / "py-spy")
             self.process = subprocess.Popen([spy, "record", "--pid", str(self.pid), "--rate", "200", "--gil",
                                              "--format", "raw", "--output", str(self.path)], stdout=subprocess.DEVNULL,
