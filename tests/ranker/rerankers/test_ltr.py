@@ -75,12 +75,10 @@ def kernel_pair_features(q_terms, docs, idf, avg_title_len) -> list[dict[str, fl
             np.asarray([vocab.setdefault(t, len(vocab)) for t in ti], dtype=np.int32)) for d, ti in docs]
     unique = list(dict.fromkeys(q_terms))
     at = {t: j for j, t in enumerate(unique)}
+    from weir.ranker.rerankers.ltr_features import _bounds, _joined
 
-    def joined(arrays):
-        return (np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32),
-                np.concatenate([[0], np.cumsum([len(a) for a in arrays])]).astype(np.int64))
-
-    out = text_features(*joined([d for d, _ in ids]), *joined([t for _, t in ids]),
+    contents, titles = [d for d, _ in ids], [t for _, t in ids]
+    out = text_features(_joined(contents), _bounds(contents), _joined(titles), _bounds(titles),
                         np.asarray([vocab.get(t, -2 - j) for j, t in enumerate(unique)], dtype=np.int64),
                         np.asarray([idf[t] for t in unique], dtype=np.float64),
                         np.asarray([at[t] for t in q_terms], dtype=np.int64), avg_title_len, K1, B)

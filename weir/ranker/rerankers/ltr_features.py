@@ -83,8 +83,12 @@ class LuceneStats:
         return self.analyzer.analyze(text)
 
     def idf(self, term: str) -> float:
-        t = self.terms.get(term)
-        return bm25_idf(self.n_docs, 0 if t is None else int(self._doc_freqs[t]))
+        return self.idf_of(self.terms.get(term))
+
+    def idf_of(self, ordinal: int | None) -> float:
+        """The idf of the term at ``ordinal`` of the postings' terms (None or outside them: a term they lack, df 0)."""
+        held = ordinal is not None and 0 <= ordinal < len(self.terms)
+        return bm25_idf(self.n_docs, int(self._doc_freqs[ordinal]) if held else 0)
 
     def bm25(self, text: str, doc_ids: Sequence[str]) -> dict[str, float]:
         """BM25 of ``text`` for each of ``doc_ids`` (0 for a document without a query term)."""
@@ -133,12 +137,13 @@ class FeatureExtractor:
         unique = list(dict.fromkeys(q_terms))
         at = {t: j for j, t in enumerate(unique)}
         seq = np.asarray([at[t] for t in q_terms], dtype=np.int64)
-        idf = np.asarray([self.lucene.idf(t) for t in unique], dtype=np.float64)
+        ids = self.tokens.of_query(unique)  # each term looked up once, for its token id and its idf
+        idf = np.asarray([self.lucene.idf_of(int(i)) for i in ids], dtype=np.float64)
         contents, titles = [d[0] for d in docs], [d[1] for d in docs]
         title_lens = [len(t) for t in titles]
         avg_title = sum(title_lens) / len(title_lens) if any(title_lens) else 1.0
         return text_features(_joined(contents), _bounds(contents), _joined(titles), _bounds(titles),
-                             self.tokens.of_query(unique), idf, seq, avg_title, K1, B)
+                             ids, idf, seq, avg_title, K1, B)
 
     def _cosines(self, queries: Sequence[Query], candidates: dict[str, list[Hit]]) -> dict[str, np.ndarray]:
         if self.dense is None:

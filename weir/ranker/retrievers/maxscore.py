@@ -111,9 +111,9 @@ class BlockMaxima:
     its last doc number and its largest key (:func:`_key`), from which the block's largest score at any query weight
     follows; for the terms of at least 10 blocks (``floor_terms``, 50k of 2.6M at 8.8M passages), per k of
     :data:`FLOOR_LEVELS` the k-th largest of their blocks' keys (``floor_key``, 0 for a term of fewer blocks). One pass
-    over the postings (2.1-3.4 s for 336M postings, the floors 0.75-0.84 of them), made when an engine is opened: BM25's
-    keys depend on k1, b and the collection statistics (a shard scores with its shard set's), so they are not stored
-    with the index."""
+    over the postings (2.1-3.4 s for 336M postings, the floors 0.75-0.84 s of that), made when an engine is opened:
+    BM25's keys depend on k1, b and the collection statistics (a shard scores with its shard set's), so they are not
+    stored with the index."""
 
     def __init__(self, offsets: np.ndarray, docs: np.ndarray, freqs: np.ndarray, norms: np.ndarray,
                  cache: np.ndarray, kind: int):
